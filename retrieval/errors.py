@@ -1,0 +1,39 @@
+"""User-facing errors.
+
+``InputError`` is the one exception type for mistakes in a user's data or configuration. It names the file, the
+column, the row (0-based data row, header excluded) or the config field, so the absl entry points can print it on one
+line and exit non-zero without a traceback. Programming errors still raise ordinary exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class InputError(ValueError):
+    """A problem with user input, located as precisely as possible."""
+
+    def __init__(self, message: str, *, path: Optional[str] = None, column: Optional[str] = None,
+                 row: Optional[Any] = None, field: Optional[str] = None):
+        self.message = message
+        self.path = path
+        self.column = column
+        self.row = row
+        self.field = field
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if self.field is not None:
+            where.append(f"field {self.field!r}")
+        if self.column is not None:
+            where.append(f"column {self.column!r}")
+        if self.row is not None:
+            where.append(f"row {self.row}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+class GateError(RuntimeError):
+    """The quality gate refused to publish a run (metrics below a floor or regressed)."""
