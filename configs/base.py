@@ -1,0 +1,86 @@
+"""Keys shared by every pipeline config: data, split, evaluation, index, gate, publishing.
+
+The model-specific files (`two_tower.py`, `youtube_dnn.py`, `item2vec.py`) start from `base_config()` and fill
+`config.model` and `config.train`. Any key can be overridden on the command line, e.g.
+`--config.data.train_path=/data/log.parquet --config.train.epochs=5`.
+"""
+
+import ml_collections
+
+
+def base_config(name: str) -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    # Name of the model directory: runs go to <output_dir>/<name>/<run_id>/, the published one is <name>/latest.
+    config.name = name
+    # Seed of every random choice (split, sampling, initialisation, shuffling); recorded in the run's manifest.
+    config.seed = 42
+
+    config.data = ml_collections.ConfigDict()
+    # Interaction log (or the training file when the split is "files").
+    config.data.train_path = "data/interactions.csv"
+    # Held-out test file, used when split == "files"; also accepted with other splits (then it replaces the split's
+    # test part).
+    config.data.test_path = ""
+    # Optional validation file for split == "files" (early stopping); empty: none.
+    config.data.validation_path = ""
+    # File format: csv | tsv | parquet | movielens (ratings.dat or u.data) | user_items (`user item item ...` per
+    # line, items in time order) | auto (guessed from the file name, logged).
+    config.data.format = "auto"
+    # Column names in the input files (csv, tsv, parquet). timestamp_column may be empty when there is none.
+    config.data.user_column = "user_id"
+    config.data.item_column = "item_id"
+    config.data.timestamp_column = "timestamp"
+    # Optional item feature table (csv/tsv/parquet) keyed by item_column; empty: ID-only item tower.
+    config.data.item_features_path = ""
+    # Item feature columns to use and their kinds: "name:categorical", "name:multi" (`|`-separated values) or
+    # "name:numeric", comma separated, e.g. "genres:multi,price:numeric".
+    config.data.item_features = ""
+    # Optional user feature table keyed by user_column, and its columns (same syntax as item_features).
+    config.data.user_features_path = ""
+    config.data.user_features = ""
+    # How to split: leave_last_n (per user, by timestamp; the YoutubeDNN next-item protocol) | temporal (global
+    # cut-off) | random (per-user random holdout) | files (explicit train/test files).
+    config.data.split = "leave_last_n"
+    # leave_last_n: items per user held out for test (and as many for validation when validation is true).
+    config.data.holdout_n = 1
+    # Also hold out a validation part (the items before the test ones) for early stopping.
+    config.data.validation = False
+    # temporal: interactions at or after this quantile of timestamps are test.
+    config.data.temporal_quantile = 0.9
+    # random: fraction of each user's interactions held out for test.
+    config.data.holdout_fraction = 0.2
+    # Test interactions whose user or item is unknown to training: "drop" (counted and reported) or "fail".
+    config.data.unknown_policy = "drop"
+    # Items seen fewer times than this in training are out of vocabulary.
+    config.data.min_item_count = 1
+
+    config.eval = ml_collections.ConfigDict()
+    # Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking.
+    config.eval.ks = (10, 20, 50, 100)
+    # Exclude each user's training items from the ranking ("seen excluded"; the standard protocol).
+    config.eval.exclude_train = True
+    # Baselines computed in the same run for the report: most_popular, random, item_knn.
+    config.eval.baselines = ("most_popular", "random", "item_knn")
+    # Bootstrap resamples over users for the 95% intervals (0: none).
+    config.eval.bootstrap = 200
+
+    config.index = ml_collections.ConfigDict()
+    # FAISS index factory string (Flat, HNSW32, IVF1024,Flat, IVF1024,PQ16, ...) or "auto" (by catalogue size).
+    config.index.factory = "auto"
+    # Self-check: recall@k of the index against exact search must reach this floor or the build fails.
+    config.index.recall_floor = 0.95
+    config.index.recall_k = 100
+
+    config.gate = ml_collections.ConfigDict()
+    # Publish only if these metrics reach their floors ("metric=floor" comma separated).
+    config.gate.floors = "recall@20=0.01"
+    # ... and do not fall more than this fraction below the published run on these metrics.
+    config.gate.compare = ("recall@20", "ndcg@20")
+    config.gate.max_regression = 0.05
+
+    config.publish = ml_collections.ConfigDict()
+    # Finished runs to keep in the model directory (the published one is always kept).
+    config.publish.keep_last = 5
+    # Initialise from the published run: known ids keep their embeddings, new ids start fresh.
+    config.publish.warm_start = False
+    return config
