@@ -1,0 +1,191 @@
+"""Training examples as numpy arrays, built without a per-example Python loop, and their ``tf.data`` pipeline.
+
+Inputs are index arrays from :class:`retrieval.data.vocab.Vocabulary` lookups (one entry per training interaction)
+and optional timestamps. Each user's interactions are put in time order by a stable sort on (user, timestamp), so
+equal timestamps keep the input (file) order.
+
+- :func:`next_item_examples`: YoutubeDNN next-item examples (Covington et al. 2016, sec. 3.2-3.3): for each
+  interaction at position t >= 1 of a user's sequence, the label is the item at t and the history the (at most
+  ``max_history``) items before t, most recent first, 0-padded. Only the past is used: no future leakage.
+- :func:`skipgram_pairs`: Item2Vec (Barkan & Koenigstein 2016) target/context pairs within a user's sequence, with
+  word2vec frequent-item subsampling (Mikolov et al. 2013).
+- :func:`noise_distribution`: the SGNS negative-sampling distribution ``count^alpha``.
+- :func:`to_dataset`: shuffled, batched, prefetched ``tf.data`` pipeline, deterministic under a seed.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported in to_dataset)
+from retrieval.data.vocab import NUM_RESERVED
+
+
+def _time_order(user_idx: np.ndarray, timestamps: Optional[np.ndarray]) -> np.ndarray:
+    """Permutation sorting by user, then timestamp; stable, so ties keep input order."""
+    if timestamps is None:
+        return np.argsort(user_idx, kind="stable")
+    return np.lexsort((np.asarray(timestamps), user_idx))
+
+
+def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For keys sorted into runs: (position of each element within its run, length of its run)."""
+    n = len(sorted_keys)
+    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]]) if n else np.zeros(0, np.int64)
+    lengths = np.diff(np.r_[starts, n])
+    return np.arange(n) - np.repeat(starts, lengths), np.repeat(lengths, lengths)
+
+
+def user_sequences(user_idx: np.ndarray, item_idx: np.ndarray, timestamps: Optional[np.ndarray] = None,
+                   num_users: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user item sequences in time order, CSR style: user ``u``'s items are ``items[indptr[u]:indptr[u + 1]]``.
+
+    ``indptr`` (int64, ``num_users + 1``, default ``max(user_idx) + 1`` users) covers every user index, so users
+    without interactions (e.g. index 0 and 1) have empty slices. ``items`` is int32.
+    """
+    user_idx = np.asarray(user_idx, dtype=np.int64)
+    num_users = int(user_idx.max(initial=-1)) + 1 if num_users is None else num_users
+    order = _time_order(user_idx, timestamps)
+    indptr = np.zeros(num_users + 1, np.int64)
+    np.cumsum(np.bincount(user_idx, minlength=num_users), out=indptr[1:])
+    return indptr, np.asarray(item_idx)[order].astype(np.int32)
+
+
+def _cap_per_user(users: np.ndarray, keep: np.ndarray, cap: int, mode: str, seed: int) -> np.ndarray:
+    """Narrows the boolean ``keep`` to at most ``cap`` elements per user (``users`` sorted): the most recent ones
+    (``recent``) or a seeded uniform subset (``random``)."""
+    candidates = np.flatnonzero(keep)
+    if mode == "recent":
+        rank = np.arange(len(candidates))[::-1]
+    elif mode == "random":
+        rank = np.random.default_rng(seed).permutation(len(candidates))
+    else:
+        raise ValueError(f"keep must be 'recent' or 'random', got {mode!r}")
+    order = np.lexsort((rank, users[candidates]))
+    position, _ = _runs(users[candidates][order])
+    capped = np.zeros_like(keep)
+    capped[candidates[order[position < cap]]] = True
+    return capped
+
+
+def next_item_examples(user_idx: np.ndarray, item_idx: np.ndarray, timestamps: Optional[np.ndarray] = None,
+                       max_history: int = 50, example_age: bool = False, max_examples_per_user: Optional[int] = None,
+                       keep: str = "recent", seed: int = 0) -> dict[str, np.ndarray]:
+    """YoutubeDNN next-item examples from training interactions (indices from the vocabularies).
+
+    Returns ``user`` [N] int32, ``history`` [N, max_history] int32 (item indices, most recent first, 0-padded; OOV
+    items stay as 1 and are masked by the models), ``history_length`` [N] int32 (non-padding entries), ``label`` [N]
+    int32 and, with ``example_age``, ``example_age`` [N] float32 = ``(t_max - t) / (t_max - t_min)`` over the given
+    interactions (0 = newest; serve with 0, as YouTube does). Examples are positions t >= 1 whose label is a known
+    item (index >= 2), sorted by user then time. ``max_examples_per_user`` keeps the ``keep="recent"`` ones or a
+    seeded ``keep="random"`` subset, so heavy users do not dominate the loss.
+    """
+    if max_history < 1:
+        raise ValueError("max_history must be >= 1")
+    user_idx = np.asarray(user_idx, dtype=np.int64)
+    order = _time_order(user_idx, timestamps)
+    users, items = user_idx[order], np.asarray(item_idx, dtype=np.int32)[order]
+    position, _ = _runs(users)
+    chosen = (position >= 1) & (items >= NUM_RESERVED)
+    if max_examples_per_user is not None:
+        chosen = _cap_per_user(users, chosen, max_examples_per_user, keep, seed)
+    # Each user's sequence follows max_history zeros in ``padded``, so a window reaching before the user's first
+    # item reads padding. Windows over the reversed array come out most recent first without a second copy.
+    user_number = np.cumsum(position == 0)
+    padded = np.zeros(len(items) + max_history * int(user_number[-1] if len(users) else 0), np.int32)
+    slot = np.arange(len(items)) + max_history * user_number
+    padded[slot] = items
+    windows = np.lib.stride_tricks.sliding_window_view(padded[::-1], max_history)
+    label_slot = slot[chosen]
+    out = {
+        "user": users[chosen].astype(np.int32),
+        "history": windows[len(padded) - label_slot],
+        "history_length": np.minimum(position[chosen], max_history).astype(np.int32),
+        "label": items[chosen],
+    }
+    if example_age:
+        if timestamps is None:
+            raise ValueError("example_age needs timestamps")
+        times = np.asarray(timestamps, dtype=np.float64)[order]
+        span = max(times.max(initial=0.0) - times.min(initial=0.0), 1.0)
+        out["example_age"] = ((times.max(initial=0.0) - times[chosen]) / span).astype(np.float32)
+    return out
+
+
+def _subsample(items: np.ndarray, counts: np.ndarray, threshold: float, rng: np.random.Generator) -> np.ndarray:
+    """word2vec frequent-item subsampling mask: keep with ``p = min(1, sqrt(t/f) + t/f)``, ``f = count / total``."""
+    frequency = counts[items] / max(counts.sum(), 1)
+    ratio = threshold / np.maximum(frequency, 1e-300)
+    return rng.random(len(items)) < np.minimum(1.0, np.sqrt(ratio) + ratio)
+
+
+def skipgram_pairs(user_idx: np.ndarray, item_idx: np.ndarray, timestamps: Optional[np.ndarray] = None,
+                   window: Optional[int] = 5, subsample: Optional[float] = None, counts: Optional[np.ndarray] = None,
+                   seed: int = 0) -> dict[str, np.ndarray]:
+    """Item2Vec skip-gram pairs ``{"target": int32 [P], "context": int32 [P]}`` within each user's sequence.
+
+    Pairs are both directions of every two items at most ``window`` positions apart, or of every two positions of
+    the user (``window=None``, Item2Vec's set context: ``sum n_u (n_u - 1)`` pairs, mind long users). Pad/OOV items
+    (index < 2) are removed first; with ``subsample`` (the threshold ``t``, e.g. 1e-3 or 1e-5) each occurrence is then
+    kept with ``p_keep = min(1, sqrt(t/f) + t/f)``, ``f`` its item's frequency in ``counts`` (default: counted here),
+    drawn with ``seed``.
+    """
+    order = _time_order(np.asarray(user_idx, dtype=np.int64), timestamps)
+    users, items = np.asarray(user_idx, dtype=np.int64)[order], np.asarray(item_idx, dtype=np.int64)[order]
+    kept = items >= NUM_RESERVED
+    if subsample is not None:
+        counts = np.bincount(items[kept], minlength=items.max(initial=0) + 1) if counts is None else counts
+        counts = np.asarray(counts, dtype=np.float64)
+        if items.max(initial=0) >= len(counts):
+            raise ValueError(f"counts has {len(counts)} entries but an item index is {items.max()}")
+        kept &= _subsample(np.where(kept, items, 0), counts, subsample, np.random.default_rng(seed))
+    users, items = users[kept], items[kept].astype(np.int32)
+    if window is None:
+        position, length = _runs(users)
+        block = length - 1
+        first = np.repeat(np.arange(len(items)), block)
+        k = np.arange(block.sum()) - np.repeat(np.cumsum(block) - block, block)
+        start = (np.arange(len(items)) - position)[first]
+        context = start + k + (k >= position[first])
+        return {"target": items[first], "context": items[context]}
+    targets, contexts = [], []
+    for distance in range(1, window + 1):
+        same = np.flatnonzero(users[distance:] == users[:-distance]) if len(users) > distance else np.zeros(0, int)
+        targets += [items[same], items[same + distance]]
+        contexts += [items[same + distance], items[same]]
+    return {"target": np.concatenate(targets or [np.zeros(0, np.int32)]),
+            "context": np.concatenate(contexts or [np.zeros(0, np.int32)])}
+
+
+def noise_distribution(counts: np.ndarray, alpha: float = 0.75) -> np.ndarray:
+    """SGNS negative-sampling distribution ``P(i) = count_i^alpha / sum_j count_j^alpha`` (Mikolov et al. 2013,
+    Item2Vec sec. 3); float64 aligned with the vocabulary, 0 for pad/OOV."""
+    weights = np.asarray(counts, dtype=np.float64) ** alpha
+    weights[:NUM_RESERVED] = 0.0
+    total = weights.sum()
+    if total <= 0:
+        raise ValueError("noise_distribution needs at least one positive count")
+    return weights / total
+
+
+def to_dataset(arrays: Mapping[str, np.ndarray], batch_size: int, shuffle: bool = True, seed: int = 0,
+               drop_remainder: bool = False, repeat: bool = False, buffer_size: Optional[int] = None):
+    """``tf.data.Dataset`` of dict batches from equal-length arrays: from_tensor_slices -> shuffle -> (repeat) ->
+    batch -> prefetch.
+
+    The shuffle buffer defaults to the whole array (a uniform permutation) with ``seed`` and a new order each epoch
+    (``reshuffle_each_iteration``); two pipelines built with the same seed yield identical batches.
+    """
+    import tensorflow as tf
+
+    sizes = {len(v) for v in arrays.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"arrays must have one common length, got {sorted(sizes)}")
+    dataset = tf.data.Dataset.from_tensor_slices(dict(arrays))
+    if shuffle:
+        dataset = dataset.shuffle(buffer_size or max(sizes.pop(), 1), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

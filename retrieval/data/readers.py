@@ -1,0 +1,171 @@
+"""Interaction logs and feature tables, read into canonical, validated DataFrames.
+
+Interactions come out with the canonical columns ``user_id`` (str), ``item_id`` (str), optional ``timestamp``
+(int64) and optional ``weight`` (float32), in file order (ties in time keep that order downstream). Formats:
+
+- ``csv`` / ``tsv``: a header row; column names from :class:`ColumnNames`.
+- ``parquet``: column names from :class:`ColumnNames`; integer ids become their decimal strings.
+- ``movielens``: ``ratings.dat`` (``::``) or ``u.data`` (tab), told apart by name or first line; the rating becomes
+  ``weight`` only when ``ColumnNames.weight == "rating"`` (implicit feedback by default).
+- ``user_items``: one user per line, ``user item item ...`` (whitespace-separated) in time order; ``timestamp`` is
+  the position in the line (0, 1, ...).
+- ``auto``: guessed from the file name (``.csv``, ``.tsv``/``.tab``, ``.parquet``/``.pq``, ``.dat``/``u.data``,
+  ``.txt``), logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import pandas as pd
+import pyarrow.parquet as pq
+from absl import logging
+
+from retrieval.data import movielens, validate
+from retrieval.errors import InputError
+
+FORMATS = ("csv", "tsv", "parquet", "movielens", "user_items", "auto")
+FEATURE_KINDS = ("categorical", "multi", "numeric")
+_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
+             ".dat": "movielens", ".data": "movielens", ".txt": "user_items"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnNames:
+    """Names of the interaction columns in a ``csv``/``tsv``/``parquet`` file.
+
+    ``timestamp`` is optional: when the file lacks that column the interactions keep file order (a warning is
+    logged; pass ``timestamp=None`` to silence it). ``weight`` is read only when named.
+    """
+
+    user: str = "user_id"
+    item: str = "item_id"
+    timestamp: Optional[str] = "timestamp"
+    weight: Optional[str] = None
+
+
+def guess_format(path: str | os.PathLike) -> str:
+    """Guesses a reader format from the file name (``u.data`` and ``*.dat`` are MovieLens)."""
+    path = Path(path)
+    guessed = _SUFFIXES.get(path.suffix.lower())
+    if guessed is None:
+        raise InputError(f"cannot guess the format from the file name; pass one of {FORMATS[:-1]}", path=str(path))
+    return guessed
+
+
+def _resolve(path: str, format: str, allowed: Sequence[str]) -> str:
+    if format not in allowed:
+        raise InputError(f"unknown format {format!r}; expected one of {list(allowed)}", path=path, field="format")
+    if format == "auto":
+        format = guess_format(path)
+        if format not in allowed:
+            raise InputError(f"format {format!r} (guessed from the name) is not allowed here; expected one of "
+                             f"{list(allowed)}", path=path, field="format")
+        logging.info("reading %s as %s (guessed from the file name)", path, format)
+    return format
+
+
+def _columns_of(path: str, format: str) -> list[str]:
+    if format == "parquet":
+        return list(pq.read_schema(path).names)
+    return list(pd.read_csv(path, sep="," if format == "csv" else "\t", nrows=0).columns)
+
+
+def read_table(path: str | os.PathLike, format: str = "auto", columns: Optional[Sequence[str]] = None,
+               str_columns: Sequence[str] = ()) -> pd.DataFrame:
+    """Reads a ``csv``/``tsv``/``parquet`` table with a header, checking ``columns`` exist (all columns if None).
+
+    ``str_columns`` are read as strings, so ids like ``"007"`` survive. Fails with an ``InputError`` on a missing or
+    unreadable file, a missing column or no data rows.
+    """
+    path = str(path)
+    format = _resolve(path, format, ("csv", "tsv", "parquet", "auto"))
+    with validate.reading(path):
+        available = _columns_of(path, format)
+        validate.require_columns(available, columns or [], path)
+        wanted = list(columns) if columns is not None else available
+        if format == "parquet":
+            frame = pd.read_parquet(path, columns=wanted)
+        else:
+            frame = pd.read_csv(path, sep="," if format == "csv" else "\t", usecols=wanted,
+                                dtype={c: str for c in str_columns}, keep_default_na=True)
+            frame = frame[wanted]
+    validate.require_rows(frame, path)
+    return frame.reset_index(drop=True)
+
+
+def _read_user_items(path: str) -> pd.DataFrame:
+    with validate.reading(path), open(path, encoding="utf-8") as f:
+        lines = pd.Series(f.read().splitlines())
+    tokens = lines.str.split()
+    users = tokens.str[0].repeat((tokens.str.len().to_numpy() - 1).clip(0))
+    items = tokens.str[1:].explode().dropna()
+    frame = pd.DataFrame({"user_id": users.to_numpy(), "item_id": items.to_numpy()})
+    validate.require_rows(frame, path)
+    frame["timestamp"] = frame.groupby("user_id", sort=False).cumcount().to_numpy()
+    return frame
+
+
+def _canonical(frame: pd.DataFrame, columns: ColumnNames, path: str) -> pd.DataFrame:
+    out = pd.DataFrame({"user_id": validate.ids(frame[columns.user], path, columns.user),
+                        "item_id": validate.ids(frame[columns.item], path, columns.item)})
+    if columns.timestamp is not None and columns.timestamp in frame.columns:
+        out["timestamp"] = validate.timestamps(frame[columns.timestamp], path, columns.timestamp)
+    elif columns.timestamp is not None:
+        logging.warning("%s has no timestamp column %r; interactions keep file order", path, columns.timestamp)
+    if columns.weight is not None:
+        out["weight"] = validate.weights(frame[columns.weight], path, columns.weight)
+    return out
+
+
+def read_interactions(path: str | os.PathLike, format: str = "auto",
+                      columns: Optional[ColumnNames] = None) -> pd.DataFrame:
+    """Reads an interaction log into canonical columns (see the module docstring), validated row by row."""
+    path = str(path)
+    columns = columns or ColumnNames()
+    format = _resolve(path, format, FORMATS)
+    if format == "movielens":
+        raw = movielens.read_ratings(path)
+        validate.require_rows(raw, path)
+        return _canonical(raw, ColumnNames(weight="rating" if columns.weight == "rating" else None), path)
+    if format == "user_items":
+        return _canonical(_read_user_items(path), ColumnNames(), path)
+    with validate.reading(path):
+        available = _columns_of(path, format)
+    wanted = [columns.user, columns.item] + [c for c in (columns.timestamp, columns.weight) if c is not None]
+    required = [c for c in wanted if c != columns.timestamp]
+    validate.require_columns(available, required, path)
+    frame = read_table(path, format, [c for c in wanted if c in available], str_columns=(columns.user, columns.item))
+    return _canonical(frame, columns, path)
+
+
+def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
+                  kinds: Optional[Mapping[str, str]] = None, columns: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Reads an item or user feature table: one row per id, ids as strings, checked unique.
+
+    ``columns`` selects feature columns (default: all). ``kinds`` maps a column to ``categorical``, ``multi``
+    (``|``-separated values such as ``"Action|Comedy"``) or ``numeric`` and casts it: numeric to float64 (empty =
+    missing, anything else non-numeric fails), the others to strings (empty = missing). Columns without a kind keep
+    the type pandas read; :func:`retrieval.data.features.infer_specs` describes them for the models.
+    """
+    path = str(path)
+    kinds = dict(kinds or {})
+    bad = {c: k for c, k in kinds.items() if k not in FEATURE_KINDS}
+    if bad:
+        raise InputError(f"unknown feature kind(s) {bad}; expected one of {list(FEATURE_KINDS)}", path=path,
+                         field="kinds")
+    wanted = None if columns is None else [id_column, *[c for c in columns if c != id_column]]
+    text = [c for c, k in kinds.items() if k != "numeric"]
+    frame = read_table(path, format, wanted, str_columns=(id_column, *text))
+    validate.require_columns(frame.columns, [id_column, *kinds], path)
+    frame[id_column] = validate.ids(frame[id_column], path, id_column)
+    validate.unique(frame[id_column], path, id_column)
+    for column, kind in kinds.items():
+        if kind == "numeric":
+            frame[column] = validate.numeric(frame[column], path, column)
+        else:
+            frame[column] = frame[column].astype("str").where(frame[column].notna())
+    return frame

@@ -1,0 +1,153 @@
+"""Train/test(/validation) splits of a canonical interaction table.
+
+Four ways: explicit files (:func:`from_files`), a global temporal cut-off (:func:`temporal_cutoff`), per-user
+leave-last-N-out by time (:func:`leave_last_n_out`, the YoutubeDNN / SASRec next-item protocol) and a seeded per-user
+random holdout (:func:`random_holdout`). Within a user, "time order" is the ``timestamp`` column with ties kept in
+file order (a stable sort), or file order alone when there is no timestamp. Held-out rows whose user or item never
+occurs in training are dropped (logged and counted in ``Split.dropped``) or rejected, see :func:`align_to_train`:
+a model can neither represent nor recommend them. Every output keeps the input's row order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+from absl import logging
+
+from retrieval.data import readers
+from retrieval.errors import InputError
+
+POLICIES = ("drop", "fail", "keep")
+
+
+@dataclasses.dataclass
+class Split:
+    """Canonical interaction tables; ``dropped`` counts held-out rows removed by :func:`align_to_train`."""
+
+    train: pd.DataFrame
+    test: pd.DataFrame
+    validation: Optional[pd.DataFrame] = None
+    dropped: dict = dataclasses.field(default_factory=dict)
+
+
+def align_to_train(frame: pd.DataFrame, train: pd.DataFrame, policy: str = "drop", path: Optional[str] = None,
+                   name: str = "test") -> tuple[pd.DataFrame, int]:
+    """Removes (``drop``), rejects (``fail``) or keeps (``keep``) rows whose user or item is absent from ``train``.
+
+    Returns the aligned frame and how many rows were dropped. ``fail`` raises an ``InputError`` naming ``path`` (or
+    ``name``), the column and the first offending row (0-based data row of ``frame``).
+    """
+    if policy not in POLICIES:
+        raise InputError(f"unknown policy {policy!r}; expected one of {list(POLICIES)}", field="policy")
+    if policy == "keep":
+        return frame, 0
+    unknown = {c: ~frame[c].isin(pd.Index(train[c].unique())).to_numpy() for c in ("user_id", "item_id")}
+    bad = unknown["user_id"] | unknown["item_id"]
+    if not bad.any():
+        return frame, 0
+    if policy == "fail":
+        row = int(np.flatnonzero(bad)[0])
+        column = "user_id" if unknown["user_id"][row] else "item_id"
+        raise InputError(f"{name} {column.split('_')[0]} {frame[column].iloc[row]!r} does not occur in the training "
+                         f"data ({int(bad.sum())} such rows); use policy 'drop' to skip them",
+                         path=path or name, column=column, row=row)
+    logging.warning("%s: dropped %d of %d rows whose user (%d) or item (%d) does not occur in training", path or name,
+                    int(bad.sum()), len(frame), int(unknown["user_id"].sum()), int(unknown["item_id"].sum()))
+    return frame[~bad].reset_index(drop=True), int(bad.sum())
+
+
+def _split(frame: pd.DataFrame, test: np.ndarray, validation: Optional[np.ndarray], policy: str) -> Split:
+    """Builds a Split from boolean row masks and aligns the held-out parts to the training part."""
+    held_out = test | (validation if validation is not None else False)
+    train = frame[~held_out].reset_index(drop=True)
+    parts, dropped = {}, {}
+    for name, mask in (("test", test), ("validation", validation)):
+        if mask is not None:
+            parts[name], dropped[name] = align_to_train(frame[mask].reset_index(drop=True), train, policy, name=name)
+    return Split(train, parts["test"], parts.get("validation"), dropped)
+
+
+def _positions_from_end(frame: pd.DataFrame, order_key: Optional[np.ndarray] = None) -> np.ndarray:
+    """For each row, how many of its user's rows come after it in time (0 = the user's last interaction).
+
+    ``order_key`` replaces time (used for random holdout). Ties keep file order: ``np.lexsort`` is stable.
+    """
+    users = pd.factorize(frame["user_id"])[0]
+    if order_key is None:
+        order_key = frame["timestamp"].to_numpy() if "timestamp" in frame else np.zeros(len(frame), np.int64)
+    order = np.lexsort((order_key, users))
+    sorted_users = users[order]
+    starts = np.flatnonzero(np.r_[True, sorted_users[1:] != sorted_users[:-1]])
+    lengths = np.diff(np.r_[starts, len(order)])
+    ends = np.repeat(starts + lengths, lengths)
+    result = np.empty(len(frame), np.int64)
+    result[order] = ends - 1 - np.arange(len(order))
+    return result
+
+
+def _user_sizes(frame: pd.DataFrame) -> np.ndarray:
+    return frame.groupby("user_id", sort=False)["user_id"].transform("size").to_numpy()
+
+
+def leave_last_n_out(interactions: pd.DataFrame, n: int = 1, validation_n: int = 0, min_train: int = 1,
+                     policy: str = "drop") -> Split:
+    """Holds out each user's last ``n`` interactions as test and the ``validation_n`` before them as validation.
+
+    Users with fewer than ``n + validation_n + min_train`` interactions stay entirely in training.
+    """
+    if n < 1 or validation_n < 0 or min_train < 1:
+        raise InputError("leave_last_n_out needs n >= 1, validation_n >= 0, min_train >= 1", field="n")
+    from_end = _positions_from_end(interactions)
+    eligible = _user_sizes(interactions) >= n + validation_n + min_train
+    test = eligible & (from_end < n)
+    validation = eligible & (from_end >= n) & (from_end < n + validation_n) if validation_n else None
+    logging.info("leave-last-%d-out: %d users too short stay in training", n,
+                 interactions.loc[~eligible, "user_id"].nunique())
+    return _split(interactions, test, validation, policy)
+
+
+def random_holdout(interactions: pd.DataFrame, test_fraction: float = 0.2, seed: int = 0, min_train: int = 1,
+                   policy: str = "drop") -> Split:
+    """Holds out ``floor(test_fraction * n_u)`` random interactions of each user (at most ``n_u - min_train``)."""
+    if not 0.0 < test_fraction < 1.0:
+        raise InputError(f"test_fraction must be in (0, 1), got {test_fraction}", field="test_fraction")
+    keys = np.random.default_rng(seed).random(len(interactions))
+    from_end = _positions_from_end(interactions, keys)
+    sizes = _user_sizes(interactions)
+    num_test = np.minimum(np.floor(test_fraction * sizes), sizes - min_train)
+    return _split(interactions, from_end < num_test, None, policy)
+
+
+def temporal_cutoff(interactions: pd.DataFrame, cutoff: Optional[int] = None, test_fraction: float = 0.2,
+                    policy: str = "drop") -> Split:
+    """Training = interactions strictly before ``cutoff``, test = at or after it (a global point in time).
+
+    Without ``cutoff`` it is the timestamp quantile leaving about ``test_fraction`` of the interactions for test.
+    """
+    if "timestamp" not in interactions:
+        raise InputError("a temporal cut-off needs a timestamp column", column="timestamp")
+    times = interactions["timestamp"].to_numpy()
+    if cutoff is None:
+        cutoff = int(np.quantile(times, 1.0 - test_fraction, method="higher"))
+    test = times >= cutoff
+    if test.all() or not test.any():
+        raise InputError(f"cut-off {cutoff} leaves an empty train or test set (timestamps span "
+                         f"{times.min()}..{times.max()})", field="cutoff")
+    logging.info("temporal cut-off at %d: %d train, %d test interactions", cutoff, int((~test).sum()), int(test.sum()))
+    return _split(interactions, test, None, policy)
+
+
+def from_files(train: str | os.PathLike, test: str | os.PathLike, validation: Optional[str | os.PathLike] = None,
+               format: str = "auto", columns: Optional[readers.ColumnNames] = None, policy: str = "drop") -> Split:
+    """Reads explicit train/test(/validation) files and aligns the held-out ones to training (``policy``)."""
+    train_frame = readers.read_interactions(train, format, columns)
+    parts, dropped = {}, {}
+    for name, path in (("test", test), ("validation", validation)):
+        if path is not None:
+            frame = readers.read_interactions(path, format, columns)
+            parts[name], dropped[name] = align_to_train(frame, train_frame, policy, path=str(path), name=name)
+    return Split(train_frame, parts["test"], parts.get("validation"), dropped)

@@ -1,0 +1,145 @@
+"""Checks on user-supplied tables, raising :class:`retrieval.errors.InputError` at the first offending row.
+
+Every reader funnels its raw DataFrame through these functions, so a user sees one kind of message whatever the
+file format: the file, the column, the first offending row (0-based data row, header excluded) and the bad value.
+Rows are positions in the table as read, which is why readers keep the file order and a default RangeIndex.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+import pandas as pd
+
+from retrieval.errors import InputError
+
+RESERVED_IDS = ("<pad>", "<oov>")
+
+
+@contextlib.contextmanager
+def reading(path: str | os.PathLike) -> Iterator[None]:
+    """Turns a missing, unreadable or unparsable file into an ``InputError`` naming it (other errors pass through)."""
+    try:
+        yield
+    except InputError:
+        raise
+    except FileNotFoundError:
+        raise InputError("file not found", path=str(path)) from None
+    except pd.errors.EmptyDataError:
+        raise InputError("no data rows (empty input)", path=str(path)) from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, ValueError) as e:
+        raise InputError(f"cannot read the file ({type(e).__name__}: {e})", path=str(path)) from None
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def require_columns(available: Iterable[str], required: Iterable[str], path: Optional[str] = None) -> None:
+    """Fails when a required column is not among ``available``, listing the columns the file does have."""
+    available = [str(c) for c in available]
+    missing = [c for c in required if c not in available]
+    if missing:
+        raise InputError(f"missing column(s) {missing}; the file has columns {available}", path=path,
+                         column=missing[0])
+
+
+def require_rows(frame: pd.DataFrame, path: Optional[str] = None) -> None:
+    """Fails on a table without data rows (an empty file or a header only)."""
+    if len(frame) == 0:
+        raise InputError("no data rows (empty input)", path=path)
+
+
+def ids(values: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> pd.Series:
+    """Returns ``values`` as non-empty string ids.
+
+    Integers and integral floats become their decimal form ("7", not "7.0"), so ids read from CSV, Parquet or a
+    feature table agree. Nulls, empty strings, non-integral numbers, nested values and the reserved ids
+    ``<pad>``/``<oov>`` are rejected.
+    """
+    column = column or str(values.name)
+    values = values.reset_index(drop=True)
+    null = values.isna().to_numpy()
+    if null.any():
+        row = _first(null)
+        raise InputError("null id", path=path, column=column, row=row)
+    if pd.api.types.is_bool_dtype(values):
+        raise InputError(f"ids must be strings or integers, got booleans (first value {values.iloc[0]!r})",
+                         path=path, column=column, row=0)
+    if pd.api.types.is_float_dtype(values):
+        array = values.to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(array) | (array != np.round(array))
+        if bad.any():
+            row = _first(bad)
+            raise InputError(f"id {array[row]!r} cannot be cast to an integer or string id",
+                             path=path, column=column, row=row)
+        values = pd.Series(array.astype(np.int64))
+    elif not (pd.api.types.is_integer_dtype(values) or pd.api.types.is_string_dtype(values)):
+        kinds = values.map(lambda v: isinstance(v, (str, bytes, int, np.integer))).to_numpy(dtype=bool)
+        if not kinds.all():
+            row = _first(~kinds)
+            raise InputError(f"id {values.iloc[row]!r} of type {type(values.iloc[row]).__name__} cannot be cast to "
+                             "a string id", path=path, column=column, row=row)
+        values = values.map(lambda v: v.decode() if isinstance(v, bytes) else v)
+    out = values.astype(str)
+    bad = (out.str.len() == 0) | out.isin(RESERVED_IDS)
+    if bad.any():
+        row = _first(bad.to_numpy())
+        raise InputError(f"id {out.iloc[row]!r} is empty or reserved ({', '.join(RESERVED_IDS)})",
+                         path=path, column=column, row=row)
+    return out
+
+
+def _numbers(values: pd.Series, path: Optional[str], column: str, what: str) -> np.ndarray:
+    values = values.reset_index(drop=True)
+    null = values.isna().to_numpy()
+    if null.any():
+        raise InputError(f"missing {what}", path=path, column=column, row=_first(null))
+    if pd.api.types.is_bool_dtype(values):
+        raise InputError(f"{what} must be numeric, got booleans", path=path, column=column, row=0)
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(numbers)
+    if bad.any():
+        row = _first(bad)
+        raise InputError(f"non-numeric {what} {values.iloc[row]!r}", path=path, column=column, row=row)
+    negative = numbers < 0
+    if negative.any():
+        row = _first(negative)
+        raise InputError(f"negative {what} {values.iloc[row]!r}", path=path, column=column, row=row)
+    return numbers
+
+
+def timestamps(values: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> np.ndarray:
+    """Returns non-negative int64 timestamps (epoch seconds or positions); fractional values are floored."""
+    return np.floor(_numbers(values, path, column or str(values.name), "timestamp")).astype(np.int64)
+
+
+def weights(values: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> np.ndarray:
+    """Returns non-negative float32 interaction weights."""
+    return _numbers(values, path, column or str(values.name), "weight").astype(np.float32)
+
+
+def numeric(values: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> np.ndarray:
+    """Returns a numeric feature column as float64; nulls stay NaN (missing), anything else non-numeric fails."""
+    column = column or str(values.name)
+    values = values.reset_index(drop=True)
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+    bad = values.notna().to_numpy() & ~np.isfinite(numbers)
+    if bad.any():
+        row = _first(bad)
+        raise InputError(f"non-numeric value {values.iloc[row]!r} in a numeric feature", path=path, column=column,
+                         row=row)
+    return numbers
+
+
+def unique(keys: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> None:
+    """Fails when a key repeats (a feature table must have one row per id), naming the first repeated row."""
+    duplicated = keys.reset_index(drop=True).duplicated().to_numpy()
+    if duplicated.any():
+        row = _first(duplicated)
+        first = _first((keys.reset_index(drop=True) == keys.iloc[row]).to_numpy())
+        raise InputError(f"duplicate id {keys.iloc[row]!r} (first seen at row {first})", path=path,
+                         column=column or str(keys.name), row=row)

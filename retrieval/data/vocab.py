@@ -1,0 +1,90 @@
+"""String id <-> contiguous index mapping with occurrence counts (the contract in contracts.md, "Ids and indices").
+
+Index 0 is padding (``<pad>``), 1 is out-of-vocabulary (``<oov>``), known ids start at 2, ordered by decreasing count
+(ties by id) so that frequent ids get small indices: the log-uniform (Zipfian) candidate sampler of
+``tf.random.log_uniform_candidate_sampler`` assumes exactly that order (Jean et al. 2015). Counts are kept because
+popularity baselines, the unigram noise distribution of SGNS and static in-batch ``log Q`` corrections all use them;
+build a vocabulary from the training split only so none of them sees test interactions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from retrieval.artifacts import atomic_path
+from retrieval.data import validate
+from retrieval.errors import InputError
+
+PAD, OOV = "<pad>", "<oov>"
+PAD_INDEX, OOV_INDEX = 0, 1
+NUM_RESERVED = 2
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Vocabulary:
+    """Ids (``ids[0] = "<pad>"``, ``ids[1] = "<oov>"``) and their training counts (0 for the reserved rows)."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+
+    def __post_init__(self):
+        ids = np.asarray(self.ids, dtype=object)
+        counts = np.asarray(self.counts, dtype=np.int64)
+        if len(ids) < NUM_RESERVED or ids[0] != PAD or ids[1] != OOV or len(ids) != len(counts):
+            raise ValueError("a Vocabulary starts with <pad>, <oov> and has one count per id")
+        object.__setattr__(self, "ids", ids)
+        object.__setattr__(self, "counts", counts)
+        object.__setattr__(self, "_index", pd.Index(ids[NUM_RESERVED:]))
+
+    @classmethod
+    def from_ids(cls, ids: Iterable[str], min_count: int = 1) -> Vocabulary:
+        """Counts ``ids`` (one entry per interaction) and keeps those seen at least ``min_count`` times."""
+        counts = pd.Series(np.asarray(ids, dtype=object)).value_counts(sort=False)
+        counts = counts[counts >= min_count]
+        order = np.lexsort((counts.index.to_numpy(dtype=object).astype(str), -counts.to_numpy()))
+        return cls(np.concatenate([[PAD, OOV], counts.index.to_numpy(dtype=object)[order]]),
+                   np.concatenate([[0, 0], counts.to_numpy()[order]]))
+
+    @property
+    def size(self) -> int:
+        """Number of indices, reserved ones included (the embedding table size)."""
+        return len(self.ids)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def lookup(self, ids: Iterable[str]) -> np.ndarray:
+        """Maps ids to indices (int64); unknown ids map to 1 (OOV)."""
+        found = self._index.get_indexer(pd.Index(np.asarray(ids, dtype=object)))
+        return np.where(found < 0, OOV_INDEX, found + NUM_RESERVED).astype(np.int64)
+
+    def to_ids(self, indices: Iterable[int]) -> np.ndarray:
+        """Maps indices back to ids (0 -> ``<pad>``, 1 -> ``<oov>``)."""
+        return self.ids[np.asarray(indices, dtype=np.int64)]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes a readable Parquet table ``index, id, count`` (reserved rows included), atomically."""
+        table = pa.table({"index": pa.array(np.arange(self.size), pa.int64()),
+                          "id": pa.array(self.ids.tolist(), pa.string()),
+                          "count": pa.array(self.counts, pa.int64())})
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Vocabulary:
+        """Reads a vocabulary written by :meth:`save`."""
+        with validate.reading(path):
+            table = pq.read_table(path, columns=["index", "id", "count"]).to_pandas()
+        if not np.array_equal(table["index"].to_numpy(), np.arange(len(table))):
+            raise InputError("vocabulary rows are not indices 0..n-1 in order", path=str(path), column="index")
+        try:
+            return cls(table["id"].to_numpy(dtype=object), table["count"].to_numpy())
+        except ValueError as e:
+            raise InputError(str(e), path=str(path)) from None
