@@ -1,0 +1,102 @@
+"""``build_model``: a ``TwoTowerModel`` from the model config, the vocabularies and the optional feature tables."""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import ml_collections
+import numpy as np
+import tensorflow as tf
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.data.vocab import Vocabulary
+from retrieval.errors import InputError
+from retrieval.models import config as config_lib
+from retrieval.models.layers import Initializers
+from retrieval.models.objectives import FullSoftmax, InBatchSoftmax, OutputTable, SampledSoftmax
+from retrieval.models.towers import ItemTower, UserTower
+from retrieval.models.two_tower import TwoTowerModel
+from retrieval.sampling.frequency import StreamingFrequencyEstimator
+from retrieval.sampling.samplers import CandidateSampler
+
+
+def _check_choice(value: str, choices: tuple, field: str) -> None:
+    if value not in choices:
+        raise InputError(f"{value!r} is not one of {choices}", field=field)
+
+
+def _sampler(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> CandidateSampler:
+    objective = config.objective
+    unigrams = item_vocab.counts if objective.sampler == "unigram" else None
+    return CandidateSampler(objective.sampler, objective.num_negatives, item_vocab.size, unigrams=unigrams,
+                            distortion=objective.distortion, seed=config.seed)
+
+
+def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.Layer,
+               item_vocab: Vocabulary) -> tf.keras.layers.Layer:
+    """The objective layer named by ``config.objective.name``, scoring ``candidates`` (item tower or output table)."""
+    objective = config.objective
+    if objective.name == "full_softmax":
+        return FullSoftmax(candidates, item_vocab.size, config.temperature)
+    if objective.name == "sampled_softmax":
+        if objective.num_negatives < 1:
+            raise InputError("sampled_softmax needs num_negatives >= 1", field="model.objective.num_negatives")
+        return SampledSoftmax(candidates, _sampler(config, item_vocab), config.temperature)
+    _check_choice(objective.log_q, config_lib.LOG_Q_MODES, "model.objective.log_q")
+    if objective.log_q == "static" and objective.num_negatives > 0:
+        raise InputError("mixed negatives need a per-batch log-Q on the sampler's expected-count scale: use log_q "
+                         "'streaming' (or 'none')", field="model.objective.log_q")
+    estimator = None
+    if objective.log_q == "streaming":
+        estimator = StreamingFrequencyEstimator(objective.estimator_buckets or item_vocab.size,
+                                                objective.estimator_alpha, objective.estimator_hashes,
+                                                seed=config.seed, name="frequency_estimator")
+    sampler = _sampler(config, item_vocab) if objective.num_negatives > 0 else None
+    return InBatchSoftmax(candidates, config.temperature, objective.log_q, counts=item_vocab.counts,
+                          estimator=estimator, sampler=sampler)
+
+
+def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary, user_vocab: Vocabulary,
+                item_features: Optional[Mapping[str, np.ndarray]] = None,
+                user_features: Optional[Mapping[str, np.ndarray]] = None) -> TwoTowerModel:
+    """Builds the two-tower model described by ``model_config`` (see ``retrieval.models.default_config``).
+
+    Args:
+      model_config: the ``config.model`` section.
+      item_vocab, user_vocab: vocabularies of the training split (sizes, and item counts for samplers / log-Q).
+      item_features, user_features: per-index feature tables aligned to the vocabularies, ``{name: array}``:
+        integer ``[V]`` categorical, integer ``[V, M]`` multi-valued (0 = padding), float ``[V]``/``[V, k]`` numeric.
+
+    Returns:
+      An uncompiled ``TwoTowerModel`` (``training.fit`` compiles it).
+    """
+    c = model_config
+    _check_choice(c.user_tower.pooling, config_lib.POOLINGS, "model.user_tower.pooling")
+    if c.temperature <= 0:
+        raise InputError(f"temperature must be positive, got {c.temperature}", field="model.temperature")
+    _check_choice(c.objective.name, config_lib.OBJECTIVES, "model.objective.name")
+    _check_choice(c.objective.sampler, config_lib.SAMPLERS, "model.objective.sampler")
+    if c.objective.output_table and c.objective.name != "sampled_softmax":
+        raise InputError("output_table is the YoutubeDNN sampled-softmax layer; use objective 'sampled_softmax'",
+                         field="model.objective.output_table")
+    init = Initializers(c.seed)
+    item_tower, output_table = None, None
+    if c.objective.output_table:
+        output_table = OutputTable(item_vocab.size, c.embedding_dim, init, l2_normalize=c.l2_normalize)
+        item_table = output_table.weights_table
+    else:
+        item_tower = ItemTower(item_vocab.size, c.embedding_dim, init, id_embedding_dim=c.item_tower.id_embedding_dim,
+                               hidden_units=tuple(c.item_tower.hidden_units), features=item_features,
+                               feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize)
+        item_table = item_tower.id_embedding
+    history_embedding = (item_table if c.user_tower.share_item_embeddings else
+                         tf.keras.layers.Embedding(item_vocab.size, c.user_tower.history_embedding_dim,
+                                                   embeddings_initializer=init.embedding(), name="history_emb"))
+    user_tower = UserTower(history_embedding, c.embedding_dim, init, hidden_units=tuple(c.user_tower.hidden_units),
+                           pooling=c.user_tower.pooling, user_vocab_size=user_vocab.size,
+                           user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,
+                           feature_embedding_dim=c.user_tower.feature_embedding_dim,
+                           use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize)
+    objective = _objective(c, item_tower or output_table, item_vocab)
+    return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
+                         temperature=c.temperature, max_history=c.max_history)

@@ -1,0 +1,84 @@
+"""The two-tower model configuration: every key, its meaning and its default, in one place.
+
+``default_config()`` is the ``config.model`` section of a pipeline config (``configs/two_tower.py``,
+``configs/youtube_dnn.py``); ``build_model`` reads nothing else. Defaults were tuned on the bundled synthetic data and
+MovieLens-1M (next-item, leave-last-one-out); see the README's models section for the numbers behind them.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+OBJECTIVES = ("sampled_softmax", "in_batch", "full_softmax")
+LOG_Q_MODES = ("none", "static", "streaming")
+SAMPLERS = ("unigram", "log_uniform", "uniform")
+POOLINGS = ("mean", "attention")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Returns the documented default model configuration (a two-tower model trained with in-batch softmax)."""
+    config = ml_collections.ConfigDict()
+    # Dimension d of the user and item vectors: the retrieval space searched by the index.
+    config.embedding_dim = 64
+    # Logits are s(u, v) / temperature. 0.05-0.2 suits L2-normalised towers (cosine in [-1, 1] needs sharpening);
+    # use 1.0 for raw dot products.
+    config.temperature = 0.1
+    # L2-normalise both towers' outputs, so the score is a cosine (exported metric "cosine", else "dot").
+    config.l2_normalize = True
+    # Longest history the user tower sees (most recent first); the exported encoder pads/truncates to it.
+    config.max_history = 50
+    # Seed of the initialisers and samplers (the pipelines set it from the top-level `seed`).
+    config.seed = 42
+
+    config.item_tower = ml_collections.ConfigDict()
+    # Width of the item-id embedding. With no item features and no hidden layers and a width equal to
+    # embedding_dim, the item vector is the id embedding itself (no projection).
+    config.item_tower.id_embedding_dim = 64
+    # Width of each categorical / multi-valued item feature embedding (numeric features enter as they are).
+    config.item_tower.feature_embedding_dim = 16
+    # ReLU hidden layers of the item MLP; a linear layer to embedding_dim follows whenever a projection is needed.
+    config.item_tower.hidden_units = ()
+
+    config.user_tower = ml_collections.ConfigDict()
+    # Embed the watched items with the item tower's id table (True) or with a separate table (False). With
+    # objective.output_table the shared table is the output softmax weights (tied input/output embeddings).
+    config.user_tower.share_item_embeddings = True
+    # Width of the separate history table (used only when share_item_embeddings is False).
+    config.user_tower.history_embedding_dim = 64
+    # Pooling of the masked history (indices < 2 never contribute): "mean" (YoutubeDNN) or "attention" (a learned
+    # query scores each watched item; softmax over the valid positions).
+    config.user_tower.pooling = "mean"
+    # Width of a user-id embedding concatenated to the pooled history; 0: none (the model then generalises to users
+    # it never saw, and unknown users get the same zero vector either way).
+    config.user_tower.user_id_embedding_dim = 0
+    # Width of each categorical / multi-valued user feature embedding.
+    config.user_tower.feature_embedding_dim = 16
+    # Feed the example age (YoutubeDNN's freshness feature; 0 at serving) when the batches carry `example_age`.
+    config.user_tower.use_example_age = True
+    # ReLU hidden layers of the user MLP, followed by a linear layer to embedding_dim.
+    config.user_tower.hidden_units = (128,)
+
+    config.objective = ml_collections.ConfigDict()
+    # sampled_softmax: negatives from a candidate sampler shared by the batch (Jean et al. 2015, YoutubeDNN).
+    # in_batch: the other positives of the (global) batch are the negatives (Yi et al. 2019).
+    # full_softmax: every item is a negative (exact; small catalogues only).
+    config.objective.name = "in_batch"
+    # Sampled negatives per batch: sampled_softmax's negatives, or in_batch's extra ("mixed") negatives, 0: none.
+    config.objective.num_negatives = 0
+    # Candidate sampler: "unigram" (training counts ** distortion), "log_uniform" (Zipfian over indices, which the
+    # vocabulary orders by decreasing count), "uniform".
+    config.objective.sampler = "unigram"
+    # Exponent applied to the counts by the unigram sampler.
+    config.objective.distortion = 0.75
+    # in_batch log-Q correction: "none", "static" (from training counts) or "streaming" (Yi et al. 2019 estimator
+    # updated once per training step and checkpointed with the model).
+    config.objective.log_q = "streaming"
+    # Streaming estimator: hash buckets (0: the item vocabulary size, which makes the first hash collision-free),
+    # learning rate alpha (about 1/alpha occurrences to adapt) and number of hash functions.
+    config.objective.estimator_buckets = 0
+    config.objective.estimator_alpha = 0.01
+    config.objective.estimator_hashes = 1
+    # sampled_softmax only: score candidates with a separate output softmax table plus bias (the classic YoutubeDNN)
+    # instead of the item tower. Item vectors are then [w_i, b_i] and user vectors [u / temperature, 1].
+    config.objective.output_table = False
+    return config

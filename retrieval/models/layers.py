@@ -1,0 +1,118 @@
+"""Building blocks of the towers: per-index feature tables, masked pooling, MLPs, seeded initialisers.
+
+Features are gathered *by index* inside the graph from dense tables aligned to a vocabulary (row i describes the id
+with index i; rows 0 and 1 are padding and unknown), so a tower can embed any indices: a batch's positives, sampled
+negatives or the whole catalogue, with no feature lookups outside TensorFlow.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.errors import InputError
+
+MASK_BELOW = 2  # indices 0 (padding) and 1 (out of vocabulary) never contribute
+
+
+class Initializers:
+    """Seeded initialisers: each call gets the next seed, so a model built twice from one seed is identical."""
+
+    def __init__(self, seed: int):
+        self._seeds = itertools.count(int(seed))
+
+    def embedding(self) -> tf.keras.initializers.Initializer:
+        return tf.keras.initializers.RandomUniform(-0.05, 0.05, seed=next(self._seeds))
+
+    def dense(self) -> tf.keras.initializers.Initializer:
+        return tf.keras.initializers.GlorotUniform(seed=next(self._seeds))
+
+
+def feature_kind(table: np.ndarray) -> str:
+    """Kind of a per-index feature table: integer [V] -> "categorical", integer [V, M] (0-padded) -> "multi",
+    floating [V] or [V, k] -> "numeric"."""
+    if np.issubdtype(table.dtype, np.integer) and table.ndim in (1, 2):
+        return "categorical" if table.ndim == 1 else "multi"
+    if np.issubdtype(table.dtype, np.floating) and table.ndim in (1, 2):
+        return "numeric"
+    raise ValueError(f"feature table of dtype {table.dtype} and rank {table.ndim} is not categorical, multi or numeric")
+
+
+def mlp(hidden_units: Sequence[int], output_dim: int, init: Initializers, name: str) -> tf.keras.Sequential:
+    """ReLU hidden layers followed by a linear layer to ``output_dim``."""
+    layers = [tf.keras.layers.Dense(u, activation="relu", kernel_initializer=init.dense()) for u in hidden_units]
+    layers.append(tf.keras.layers.Dense(output_dim, kernel_initializer=init.dense()))
+    return tf.keras.Sequential(layers, name=name)
+
+
+class FeatureTables(tf.keras.layers.Layer):
+    """Encodes the features of ids given by index: categorical -> embedding, multi-valued -> masked mean of the
+    value embeddings (value 0 is padding), numeric -> as is. The tables are non-trainable variables (saved with the
+    model, not copied into every traced graph)."""
+
+    def __init__(self, tables: Mapping[str, np.ndarray], vocab_size: int, embedding_dim: int, init: Initializers,
+                 name: str = "features"):
+        super().__init__(name=name)
+        self.names = sorted(tables)
+        self._tables, self._embeddings, self._kinds = {}, {}, {}
+        for feature in self.names:
+            table = np.asarray(tables[feature])
+            if table.shape[0] != vocab_size:
+                raise InputError(f"feature table has {table.shape[0]} rows, the vocabulary {vocab_size}", field=feature)
+            kind = feature_kind(table)
+            if kind != "numeric" and table.min() < 0:
+                raise InputError("categorical feature values must be non-negative indices", field=feature)
+            self._kinds[feature] = kind
+            dtype = tf.float32 if kind == "numeric" else tf.int32
+            self._tables[feature] = tf.Variable(table.astype(dtype.as_numpy_dtype), trainable=False,
+                                                name=f"{feature}_table")
+            if kind != "numeric":
+                self._embeddings[feature] = tf.keras.layers.Embedding(
+                    int(table.max()) + 1, embedding_dim, embeddings_initializer=init.embedding(), name=f"{feature}_emb")
+
+    def call(self, indices: tf.Tensor) -> tf.Tensor:
+        """Returns the concatenated feature encodings of ``indices`` [...] -> [..., width]."""
+        parts = []
+        for feature in self.names:
+            values = tf.gather(self._tables[feature], indices)
+            kind = self._kinds[feature]
+            if kind == "numeric":
+                parts.append(values if values.shape.rank > indices.shape.rank else values[..., tf.newaxis])
+            elif kind == "categorical":
+                parts.append(self._embeddings[feature](values))
+            else:
+                parts.append(masked_mean(self._embeddings[feature](values), values > 0))
+        return tf.concat(parts, axis=-1)
+
+
+def masked_mean(embeddings: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Mean of ``embeddings`` [..., H, D] over the positions where ``mask`` [..., H] holds; zeros when none does."""
+    weights = tf.cast(mask, embeddings.dtype)[..., tf.newaxis]
+    total = tf.reduce_sum(embeddings * weights, axis=-2)
+    return total / tf.maximum(tf.reduce_sum(weights, axis=-2), 1.0)
+
+
+class AttentionPooling(tf.keras.layers.Layer):
+    """Additive attention pooling (Bahdanau et al. 2015, eq. 6, with one learned query): ``a_j = softmax_j(w .
+    tanh(W e_j + b))`` over the valid positions, output ``sum_j a_j e_j``; zeros for an empty history."""
+
+    def __init__(self, init: Initializers, name: str = "attention_pooling"):
+        super().__init__(name=name)
+        self._init = init
+        self._key: Optional[tf.keras.layers.Dense] = None
+
+    def build(self, input_shape):
+        width = int(input_shape[-1])
+        self._key = tf.keras.layers.Dense(width, activation="tanh", kernel_initializer=self._init.dense())
+        self._query = self.add_weight("query", shape=[width], initializer=self._init.dense())
+        super().build(input_shape)
+
+    def call(self, embeddings: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+        scores = tf.linalg.matvec(self._key(embeddings), self._query)
+        scores = tf.where(mask, scores, tf.fill(tf.shape(scores), scores.dtype.min))
+        weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)
+        return tf.einsum("bh,bhd->bd", weights, embeddings)

@@ -1,0 +1,89 @@
+"""The two towers: the item tower embeds item indices, the user tower (YoutubeDNN) embeds a user's context.
+
+Item tower: ``v_i = MLP([E_item[i], features(i)])``, optionally L2-normalised. It embeds any indices, so the same
+function scores a batch's positives, sampled negatives and the whole catalogue at export.
+
+User tower (Covington et al. 2016, "Deep Neural Networks for YouTube Recommendations", fig. 3): the watched items are
+embedded (with the item tower's id table or a separate one), pooled over the valid history positions (index >= 2;
+mean, or attention), concatenated with the user's features (gathered by user index, an optional user-id embedding)
+and the example age, and passed through a ReLU MLP to the item tower's dimension.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.models.layers import MASK_BELOW, AttentionPooling, FeatureTables, Initializers, masked_mean, mlp
+
+
+class ItemTower(tf.keras.layers.Layer):
+    """Maps item indices [...] to item vectors [..., output_dim]."""
+
+    def __init__(self, vocab_size: int, output_dim: int, init: Initializers, *, id_embedding_dim: int,
+                 hidden_units: Sequence[int] = (), features: Optional[Mapping[str, np.ndarray]] = None,
+                 feature_embedding_dim: int = 16, l2_normalize: bool = False, name: str = "item_tower"):
+        super().__init__(name=name)
+        self.vocab_size = int(vocab_size)
+        self.output_dim = int(output_dim)
+        self.l2_normalize = bool(l2_normalize)
+        self.id_embedding = tf.keras.layers.Embedding(vocab_size, id_embedding_dim,
+                                                      embeddings_initializer=init.embedding(), name="item_id_emb")
+        self.features = (FeatureTables(features, vocab_size, feature_embedding_dim, init, name="item_features")
+                         if features else None)
+        needs_projection = bool(features) or bool(hidden_units) or id_embedding_dim != output_dim
+        self.mlp = mlp(hidden_units, output_dim, init, name="item_mlp") if needs_projection else None
+
+    def call(self, indices: tf.Tensor) -> tf.Tensor:
+        x = self.id_embedding(indices)
+        if self.features is not None:
+            x = tf.concat([x, self.features(indices)], axis=-1)
+        if self.mlp is not None:
+            x = self.mlp(x)
+        return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
+
+
+class UserTower(tf.keras.layers.Layer):
+    """Maps a batch dict (``user`` [B], ``history`` [B, H] most recent first, optional ``example_age`` [B]) to user
+    vectors [B, output_dim]. Any H works (the pooling is position-free), so serving may pass shorter histories."""
+
+    def __init__(self, history_embedding: tf.keras.layers.Embedding, output_dim: int, init: Initializers, *,
+                 hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
+                 user_id_embedding_dim: int = 0, features: Optional[Mapping[str, np.ndarray]] = None,
+                 feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
+                 name: str = "user_tower"):
+        super().__init__(name=name)
+        self.output_dim = int(output_dim)
+        self.l2_normalize = bool(l2_normalize)
+        self.use_example_age = bool(use_example_age)
+        self.history_embedding = history_embedding
+        self.attention = AttentionPooling(init) if pooling == "attention" else None
+        self.user_id_embedding = (
+            tf.keras.layers.Embedding(user_vocab_size, user_id_embedding_dim, embeddings_initializer=init.embedding(),
+                                      name="user_id_emb") if user_id_embedding_dim > 0 else None)
+        self.features = (FeatureTables(features, user_vocab_size, feature_embedding_dim, init, name="user_features")
+                         if features else None)
+        self.mlp = mlp(hidden_units, output_dim, init, name="user_mlp")
+
+    def call(self, inputs: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        history = tf.cast(inputs["history"], tf.int32)
+        mask = history >= MASK_BELOW
+        watched = self.history_embedding(history)
+        parts = [self.attention(watched, mask) if self.attention is not None else masked_mean(watched, mask)]
+        if self.user_id_embedding is not None or self.features is not None:
+            user = tf.cast(inputs["user"], tf.int32)
+            if self.user_id_embedding is not None:
+                # Padding and unknown users get a zero vector, not an untrained row.
+                known = tf.cast(user >= MASK_BELOW, tf.float32)[:, tf.newaxis]
+                parts.append(self.user_id_embedding(user) * known)
+            if self.features is not None:
+                parts.append(self.features(user))
+        if self.use_example_age:
+            age = inputs.get("example_age")
+            age = tf.zeros(tf.shape(history)[:1]) if age is None else tf.cast(age, tf.float32)
+            parts.append(age[:, tf.newaxis])
+        x = self.mlp(tf.concat(parts, axis=-1))
+        return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x

@@ -1,0 +1,103 @@
+"""``TwoTowerModel``: the user and item towers trained with the objective named in the config.
+
+Training step (``train_step``): user vectors ``u = user_tower(batch)``, per-example losses from the objective, reduced
+by the *global* batch size (``distributed.average_loss``) so that summing the replicas' gradients gives the gradient
+of the global batch. The logged ``loss`` is the exact mean per-example loss over all replicas (a ``Mean`` metric).
+
+Retrieval scores are ``score(u, i) = user_vectors(u) . item_vectors(i)``; for the classic YoutubeDNN output table the
+bias is folded in: ``[u / T, 1] . [w_i, b_i] = (u . w_i) / T + b_i``, the training logit without the correction.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval import distributed
+from retrieval.models.objectives import OutputTable
+from retrieval.models.towers import ItemTower, UserTower
+
+NUM_RESERVED = 2
+
+
+class TwoTowerModel(tfrs.Model):
+    """A two-tower retrieval model (Yi et al. 2019; Covington et al. 2016).
+
+    Args:
+      user_tower: maps a batch dict (``user``, ``history``, optional ``example_age``) to ``[B, d]``.
+      objective: a layer ``(user_vectors, labels, training) -> [B]`` per-example losses (``models.objectives``).
+      item_tower: maps item indices to ``[..., d]``; or, exclusively,
+      output_table: the YoutubeDNN output softmax table (item vectors are its rows, with the bias folded in).
+      temperature: ``T`` of the objective (used to fold the output-table bias into the exported user vectors).
+      max_history: the history length the model was trained with; the exported encoder pads/truncates to it.
+    """
+
+    def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, *,
+                 item_tower: Optional[ItemTower] = None, output_table: Optional[OutputTable] = None,
+                 temperature: float = 1.0, max_history: int = 50):
+        super().__init__()
+        if (item_tower is None) == (output_table is None):
+            raise ValueError("a TwoTowerModel has either an item tower or an output table")
+        self.user_tower = user_tower
+        self.item_tower = item_tower
+        self.objective = objective
+        self.output_table = output_table
+        self.temperature = float(temperature)
+        self.max_history = int(max_history)
+        self.loss_tracker = tf.keras.metrics.Mean(name="loss")
+
+    @property
+    def metric(self) -> str:
+        """Similarity of the exported vectors: "cosine" when both towers are L2-normalised, else "dot"."""
+        normalized = self.item_tower is not None and self.item_tower.l2_normalize and self.user_tower.l2_normalize
+        return "cosine" if normalized else "dot"
+
+    @property
+    def item_vocab_size(self) -> int:
+        return (self.item_tower or self.output_table).vocab_size
+
+    def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """User vectors ``[B, d]`` of a batch (the query side of the objective)."""
+        return self.user_tower(inputs, training=training)
+
+    def compute_loss(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+        """Sum of the per-example losses divided by the global batch size; updates the ``loss`` metric."""
+        per_example = self.objective(self(inputs, training=training), tf.cast(inputs["label"], tf.int32),
+                                     training=training)
+        self.loss_tracker.update_state(per_example)
+        return distributed.average_loss(per_example)
+
+    def train_step(self, inputs: Mapping[str, tf.Tensor]) -> dict:
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(inputs, training=True)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
+        return {m.name: m.result() for m in self.metrics}
+
+    def test_step(self, inputs: Mapping[str, tf.Tensor]) -> dict:
+        self.compute_loss(inputs, training=False)
+        return {m.name: m.result() for m in self.metrics}
+
+    def user_vectors(self, user: tf.Tensor, history: tf.Tensor) -> tf.Tensor:
+        """Exported user vectors for user indices [B] and history indices [B, H] (example age 0, as at serving)."""
+        query = self.user_tower({"user": user, "history": history})
+        if self.output_table is None:
+            return query
+        return tf.concat([query / self.temperature, tf.ones_like(query[:, :1])], axis=1)
+
+    def item_vectors(self, indices: tf.Tensor) -> tf.Tensor:
+        """Exported item vectors for item indices [N]: the item tower, or ``[w_i, b_i]`` of the output table."""
+        if self.output_table is None:
+            return self.item_tower(indices)
+        weights, bias = self.output_table(indices)
+        return tf.concat([weights, bias[:, tf.newaxis]], axis=1)
+
+    def catalogue_vectors(self, batch_size: int = 8192) -> np.ndarray:
+        """Item vectors of every known item, indices ``2 .. V-1`` in order, computed in blocks: ``[V - 2, d]``."""
+        blocks = [self.item_vectors(tf.range(start, min(start + batch_size, self.item_vocab_size))).numpy()
+                  for start in range(NUM_RESERVED, self.item_vocab_size, batch_size)]
+        return np.concatenate(blocks, axis=0)
