@@ -1,0 +1,98 @@
+"""Non-learned baselines, scored through the same ranking code path as the model (see ``ranking.top_k``).
+
+Each baseline is a *scorer*: a callable mapping user rows [b] to a float32 score matrix [b, V] over vocabulary item
+indices, so exclusion of training items, padding/OOV handling, top-k and metrics are shared with the model.
+
+- ``most_popular``: score = number of training interactions of the item (the same list for every user).
+- ``random``: i.i.d. uniform scores, seeded (a block's generator is keyed by ``(seed, first row of the block)``, so
+  results are reproducible for a given block size).
+- ``item_knn``: item-based collaborative filtering (Sarwar et al., WWW 2001; RecBole's ``ItemKNN``): cosine
+  similarity on the binary user-item incidence matrix X, ``s(i, j) = c_ij / sqrt(n_i n_j)`` with ``c_ij`` the number
+  of users who have both items and ``n_i`` the number of users who have i; every item keeps its ``n_neighbours`` most
+  similar items (s(i, i) = 0), and ``score(u, j) = sum_{i in train(u)} s(i, j)`` over those neighbour lists.
+
+ItemKNN never builds the dense item x item matrix (41k items would need 6.7 GB): co-occurrences are counted from
+(item, co-item) pairs of each user's training items, in item blocks holding at most ``max_pairs`` pairs (cost
+sum_u |train(u)|^2 in time, ``max_pairs`` in memory), and only the top neighbours are kept ([V, n_neighbours]).
+Scoring a user block then expands its (user, train item, neighbour) triples and accumulates them with ``bincount``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from retrieval.evaluation import csr as csr_lib
+from retrieval.evaluation.ranking import Scorer
+
+NAMES = ("most_popular", "random", "item_knn")
+
+
+def most_popular(popularity: np.ndarray) -> Scorer:
+    """Scores every item by its training popularity (counts aligned with vocabulary indices)."""
+    row = np.asarray(popularity, dtype=np.float32)
+    return lambda rows: np.tile(row, (len(rows), 1))
+
+
+def random(n_items: int, seed: int) -> Scorer:
+    """Uniform random scores; reproducible for a given seed and block size."""
+
+    def score(rows: np.ndarray) -> np.ndarray:
+        key = int(rows[0]) if len(rows) else 0
+        return np.random.default_rng([seed, key]).random((len(rows), n_items), dtype=np.float32)
+
+    return score
+
+
+def _expand(csr: csr_lib.Csr, rows: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every ``rows[p]``, pairs (owners[p], column) over that row's columns."""
+    sub = csr_lib.take(csr, rows)
+    return np.repeat(owners, sub.lengths), sub.indices
+
+
+class ItemKNN:
+    """Item-item cosine kNN scorer built from the training incidence (see the module docstring)."""
+
+    def __init__(self, train: csr_lib.Csr, n_items: int, n_neighbours: int = 100, max_pairs: int = 1 << 24):
+        self.train = train
+        self.n_items = n_items
+        users, items = csr_lib.to_pairs(train)
+        by_item = csr_lib.from_pairs(items, users, n_items)
+        n_users_of = by_item.lengths.astype(np.float64)
+        # Work per item: every co-item of every user who has the item.
+        work = np.bincount(items, weights=train.lengths[users], minlength=n_items)
+        ends = np.searchsorted(np.cumsum(work), np.arange(max_pairs, work.sum() + max_pairs, max_pairs), side="right")
+        bounds = np.unique(np.concatenate([[0], np.maximum(ends, 1), [n_items]]).clip(0, n_items))
+        self.neighbours = np.zeros((n_items, n_neighbours), dtype=np.int64)
+        self.weights = np.zeros((n_items, n_neighbours), dtype=np.float32)
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            item_rows = np.arange(lo, hi)
+            owner_item, owner_user = _expand(by_item, item_rows, item_rows)
+            pair_i, pair_j = _expand(train, owner_user, owner_item)
+            keep = pair_i != pair_j
+            keys, counts = np.unique(pair_i[keep] * n_items + pair_j[keep], return_counts=True)
+            i, j = np.divmod(keys, n_items)
+            sim = counts / np.sqrt(n_users_of[i] * n_users_of[j])
+            order = np.lexsort((j, -sim, i))  # by item, best neighbour first, ties by index
+            i, j, sim = i[order], j[order], sim[order]
+            starts = np.searchsorted(i, i, side="left")
+            rank = np.arange(len(i)) - starts
+            top = rank < n_neighbours
+            self.neighbours[i[top], rank[top]] = j[top]
+            self.weights[i[top], rank[top]] = sim[top]
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        local, items = _expand(self.train, np.asarray(rows, dtype=np.int64), np.arange(len(rows)))
+        keys = (local[:, None] * self.n_items + self.neighbours[items]).reshape(-1)
+        scores = np.bincount(keys, weights=self.weights[items].reshape(-1), minlength=len(rows) * self.n_items)
+        return scores.astype(np.float32).reshape(len(rows), self.n_items)
+
+
+def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, seed: int = 0) -> Scorer:
+    """The scorer of baseline ``name`` (one of :data:`NAMES`)."""
+    if name == "most_popular":
+        return most_popular(popularity)
+    if name == "random":
+        return random(n_items, seed)
+    if name == "item_knn":
+        return ItemKNN(train, n_items)
+    raise ValueError(f"unknown baseline {name!r}; known: {', '.join(NAMES)}")

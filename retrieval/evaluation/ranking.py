@@ -1,0 +1,135 @@
+"""Full-corpus top-k ranking with the user's training items excluded, exact by default, in bounded memory.
+
+Users are scored in blocks: a block's score matrix [b, V] (``b * V * 4`` bytes, at most ``max_block_bytes``) comes
+from a *scorer* (a callable mapping user rows to scores: the model's dot product, or a baseline), the excluded
+entries are set to -inf, and ``tf.math.top_k`` keeps the best k (about 7x faster than ``np.argpartition`` + sort on
+two cores; ties go to the lower item index). Item indices are vocabulary indices: 0 (padding) and 1 (OOV) are never
+recommended. A slot that no rankable item could fill holds index -1 and score -inf.
+
+Approximate search (:func:`ann_top_k`) asks an index for ``k + (most excluded items in the block) + 2`` neighbours,
+drops the excluded ones and keeps the first k, so the result is comparable with :func:`top_k`;
+:func:`overlap_at_k` measures how much of the exact top-k the approximate search finds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+import retrieval  # noqa: F401  (contract; the package __init__ already set TF_USE_LEGACY_KERAS)
+from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, PAD_INDEX
+from retrieval.evaluation import csr as csr_lib
+
+NEVER_RECOMMENDED = (PAD_INDEX, OOV_INDEX)
+Scorer = Callable[[np.ndarray], np.ndarray]
+"""Maps user rows [b] (int64) to a new float32 score matrix [b, V] over vocabulary item indices (the ranking
+overwrites excluded entries in place, so a scorer must not return a buffer it keeps)."""
+
+
+def dot_scorer(user_vectors: np.ndarray, item_vectors: np.ndarray) -> Scorer:
+    """Scores ``user_vectors[rows] @ item_vectors.T`` (inner product; normalize both first for cosine)."""
+    user_vectors = np.ascontiguousarray(user_vectors, dtype=np.float32)
+    item_t = np.ascontiguousarray(np.asarray(item_vectors, dtype=np.float32).T)
+    return lambda rows: user_vectors[rows] @ item_t
+
+
+def block_size_for(n_items: int, max_block_bytes: int) -> int:
+    """Users per block so that one float32 score block [b, n_items] stays within ``max_block_bytes``."""
+    return max(1, min(8192, max_block_bytes // (4 * max(n_items, 1))))
+
+
+def _select(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    values, indices = tf.math.top_k(scores, k=k, sorted=True)
+    values, indices = values.numpy(), indices.numpy()
+    indices[np.isneginf(values)] = -1
+    return indices, values
+
+
+def top_k(scorer: Scorer, n_users: int, n_items: int, k: int, exclude: Optional[csr_lib.Csr] = None,
+          never: Sequence[int] = NEVER_RECOMMENDED, max_block_bytes: int = 256 << 20,
+          rows: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k item indices and scores for every user, best first.
+
+    Args:
+      scorer: user rows -> float32 scores [b, n_items].
+      n_users: number of user rows (ignored when ``rows`` is given).
+      n_items: vocabulary size V (item indices 0..V-1).
+      k: list length; clipped to ``n_items``.
+      exclude: per-user items that must not be recommended (e.g. training items), rows aligned with users.
+      never: item indices no user may get (padding and OOV).
+      max_block_bytes: memory bound of one score block.
+      rows: the user rows to rank (default all ``n_users``).
+
+    Returns:
+      (indices int64 [U, k], scores float32 [U, k]); -1 / -inf where fewer than k items are rankable.
+    """
+    rows = np.arange(n_users, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    k = min(k, n_items)
+    block = block_size_for(n_items, max_block_bytes)
+    out_idx = np.empty((len(rows), k), dtype=np.int64)
+    out_val = np.empty((len(rows), k), dtype=np.float32)
+    never = np.asarray(never, dtype=np.int64)
+    for start in range(0, len(rows), block):
+        block_rows = rows[start:start + block]
+        scores = np.asarray(scorer(block_rows), dtype=np.float32)
+        if scores.shape != (len(block_rows), n_items):
+            raise ValueError(f"scorer returned {scores.shape}, expected {(len(block_rows), n_items)}")
+        scores[:, never] = -np.inf
+        if exclude is not None:
+            local, cols = csr_lib.to_pairs(csr_lib.take(exclude, block_rows))
+            scores[local, cols] = -np.inf
+        idx, val = _select(scores, k)
+        out_idx[start:start + block], out_val[start:start + block] = idx, val
+    logging.debug("ranked %d users over %d items in blocks of %d", len(rows), n_items, block)
+    return out_idx, out_val
+
+
+def ann_top_k(index, user_vectors: np.ndarray, k: int, exclude: Optional[csr_lib.Csr] = None,
+              never: Sequence[int] = NEVER_RECOMMENDED, index_offset: int = NUM_RESERVED,
+              block_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k through an approximate index (anything with ``.search(queries, n) -> (scores, ids)``, e.g. FAISS).
+
+    The index returns its own ids (``-1`` for an empty slot); item index = id + ``index_offset`` (2 when the index
+    was built from ``item_embeddings.parquet``, whose rows are vocabulary indices 2..). Excluded and never-recommended
+    items are filtered out after the search, so each user asks for enough extra neighbours to fill k.
+    """
+    user_vectors = np.ascontiguousarray(user_vectors, dtype=np.float32)
+    n_users = len(user_vectors)
+    out_idx = np.full((n_users, k), -1, dtype=np.int64)
+    out_val = np.full((n_users, k), -np.inf, dtype=np.float32)
+    never = np.asarray(never, dtype=np.int64)
+    for start in range(0, n_users, block_size):
+        block_rows = np.arange(start, min(start + block_size, n_users))
+        excluded = csr_lib.take(exclude, block_rows) if exclude is not None else csr_lib.empty(len(block_rows))
+        n_extra = int(excluded.lengths.max(initial=0)) + len(never)
+        scores, ids = index.search(user_vectors[block_rows], k + n_extra)
+        ids = np.asarray(ids, dtype=np.int64)
+        items = np.where(ids >= 0, ids + index_offset, -1)
+        bad = (items < 0) | np.isin(items, never) | csr_lib.contains(excluded, np.arange(len(block_rows)), items)
+        order = np.argsort(bad, axis=1, kind="stable")[:, :k]  # valid ones first, search order kept
+        kept_items = np.take_along_axis(items, order, axis=1)
+        kept_bad = np.take_along_axis(bad, order, axis=1)
+        width = kept_items.shape[1]
+        out_idx[block_rows, :width] = np.where(kept_bad, -1, kept_items)
+        out_val[block_rows, :width] = np.where(kept_bad, -np.inf, np.take_along_axis(scores, order, axis=1))
+    return out_idx, out_val
+
+
+def overlap_at_k(approx: np.ndarray, exact: np.ndarray, ks: Sequence[int]) -> dict[str, np.ndarray]:
+    """Per-user recall of approximate search against exact search: |approx top-k ∩ exact top-k| / |exact top-k|."""
+    out = {}
+    for k in ks:
+        exact_k = exact[:, :k]
+        found = csr_lib.contains(_rows_as_csr(exact_k), np.arange(len(exact_k)), approx[:, :k]).sum(axis=1)
+        out[f"recall_vs_exact@{k}"] = found / np.maximum((exact_k >= 0).sum(axis=1), 1)
+    return out
+
+
+def _rows_as_csr(matrix: np.ndarray) -> csr_lib.Csr:
+    rows = np.repeat(np.arange(len(matrix)), matrix.shape[1])
+    flat = matrix.reshape(-1)
+    keep = flat >= 0
+    return csr_lib.from_pairs(rows[keep], flat[keep], len(matrix))
