@@ -1,0 +1,192 @@
+"""Export of a trained model for evaluation and serving, and the readers those consumers use (contracts.md, "Export").
+
+* ``<run>/user_tower/``: a SavedModel whose ``serving_default(user_id: string [B], history: string [B, H])`` returns
+  ``{"embedding": float32 [B, d]}``. Original ids go in: the vocabularies are ``StaticHashTable``s inside the model
+  (unknown ids -> index 1, "" padding -> index 1, both masked), so TF Serving or a fresh process needs nothing else.
+  Two-tower and Item2Vec runs export this same signature (Item2Vec: the mean of the history's item vectors).
+* ``<run>/item_embeddings.parquet``: ``item_id`` (string), ``embedding`` (list<float32>), one row per known item in
+  vocabulary order (indices 2..V-1).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tensorflow as tf
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.artifacts import PathLike, RunPaths, atomic_path
+from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, Vocabulary
+from retrieval.errors import InputError
+from retrieval.models.layers import MASK_BELOW, masked_mean
+from retrieval.models.two_tower import TwoTowerModel
+
+SIGNATURE = "serving_default"
+
+
+def _id_table(ids: np.ndarray) -> tf.lookup.StaticHashTable:
+    """Known ids (index >= 2 in order) -> their index; anything else -> OOV (1)."""
+    known = np.asarray(ids[NUM_RESERVED:], dtype=object).astype(str)
+    initializer = tf.lookup.KeyValueTensorInitializer(
+        tf.constant(known, tf.string), tf.range(NUM_RESERVED, NUM_RESERVED + len(known), dtype=tf.int64))
+    return tf.lookup.StaticHashTable(initializer, default_value=OOV_INDEX)
+
+
+class _UserEncoderModule(tf.Module):
+    """The exported user encoder: id lookups, then ``encode(user_indices [B], history_indices [B, H]) -> [B, d]``.
+
+    ``user_ids`` may be None when ``encode`` ignores users (all map to OOV). ``variables`` lists every variable
+    ``encode`` reads, so that saving tracks them; ``max_history``,
+    ``dimension`` and ``metric`` travel with the model for ``UserEncoder``.
+    """
+
+    def __init__(self, item_ids: np.ndarray, user_ids: Optional[np.ndarray],
+                 encode: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+                 variables: Sequence[tf.Variable], max_history: int, dimension: int, metric: str):
+        super().__init__(name="user_encoder")
+        self.item_table = _id_table(item_ids)
+        self.user_table = _id_table(user_ids) if user_ids is not None else None
+        self.encoder_variables = list(variables)
+        self._encode = encode
+        self.max_history = tf.Variable(int(max_history), trainable=False, name="max_history")
+        self.dimension = tf.Variable(int(dimension), trainable=False, name="dimension")
+        self.metric = tf.Variable(metric, trainable=False, name="metric")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="user_id"),
+                                  tf.TensorSpec([None, None], tf.string, name="history")])
+    def serve(self, user_id: tf.Tensor, history: tf.Tensor) -> dict:
+        users = (self.user_table.lookup(user_id) if self.user_table is not None
+                 else tf.fill(tf.shape(user_id), tf.constant(OOV_INDEX, tf.int64)))
+        users = tf.cast(users, tf.int32)
+        items = tf.cast(self.item_table.lookup(history), tf.int32)
+        return {"embedding": tf.cast(self._encode(users, items), tf.float32)}
+
+
+def _save_encoder(module: _UserEncoderModule, path: PathLike) -> None:
+    with atomic_path(path) as tmp:
+        tf.saved_model.save(module, str(tmp), signatures={SIGNATURE: module.serve})
+
+
+def export_user_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: Vocabulary, path: PathLike) -> None:
+    """Saves the model's user tower as the ``serving_default`` SavedModel at ``path`` (atomically)."""
+    dimension = int(model.user_vectors(tf.constant([OOV_INDEX]), tf.zeros([1, 1], tf.int32)).shape[-1])
+    module = _UserEncoderModule(item_vocab.ids, user_vocab.ids, model.user_vectors, model.user_tower.variables,
+                                model.max_history, dimension, model.metric)
+    _save_encoder(module, path)
+
+
+def export_mean_pooling_encoder(item_ids: Sequence[str], vectors: np.ndarray, path: PathLike, max_history: int,
+                                metric: str = "dot") -> None:
+    """Saves a ``serving_default`` user encoder whose user vector is the mean of the history's item vectors
+    (unknown ids ignored; zeros for an empty history). Item2Vec exports this; ``user_id`` is accepted and unused."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(item_ids) != len(vectors):
+        raise InputError(f"need one vector per item id, got {len(item_ids)} ids and vectors of shape {vectors.shape}")
+    table = tf.Variable(np.concatenate([np.zeros([NUM_RESERVED, vectors.shape[1]], np.float32), vectors]),
+                        trainable=False, name="item_vectors")
+
+    def encode(users: tf.Tensor, history: tf.Tensor) -> tf.Tensor:
+        return masked_mean(tf.gather(table, history), history >= MASK_BELOW)
+
+    ids = np.concatenate([["<pad>", "<oov>"], np.asarray(item_ids, dtype=object)])
+    module = _UserEncoderModule(ids, None, encode, [table], max_history, vectors.shape[1], metric)
+    _save_encoder(module, path)
+
+
+def write_item_embeddings(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray) -> None:
+    """Writes ``item_id`` (string) and ``embedding`` (list<float32>) rows to a Parquet file, atomically."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(item_ids) != len(vectors):
+        raise InputError(f"need one vector per item id, got {len(item_ids)} ids and vectors of shape {vectors.shape}")
+    offsets = pa.array(np.arange(len(vectors) + 1, dtype=np.int32) * vectors.shape[1])
+    embedding = pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1), pa.float32()))
+    table = pa.table({"item_id": pa.array(np.asarray(item_ids, dtype=object).astype(str), pa.string()),
+                      "embedding": embedding})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_item_embeddings(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Reads ``(item_ids [N] str (object array), vectors float32 [N, d])`` written by ``write_item_embeddings``."""
+    try:
+        table = pq.read_table(path, columns=["item_id", "embedding"])
+    except (OSError, pa.ArrowInvalid, KeyError) as e:
+        raise InputError(f"cannot read item embeddings: {e}", path=str(path)) from None
+    lists = table.column("embedding").combine_chunks()
+    lengths = lists.value_lengths().to_numpy(zero_copy_only=False)
+    if len(lengths) and (np.any(lengths != lengths[0])):
+        raise InputError("embeddings have different lengths", path=str(path), column="embedding")
+    dimension = int(lengths[0]) if len(lengths) else 0
+    vectors = lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(lengths), dimension)
+    return table.column("item_id").to_numpy(zero_copy_only=False).astype(object), vectors
+
+
+def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: Vocabulary,
+                     run_dir: Union[PathLike, RunPaths]) -> dict:
+    """Writes ``user_tower/`` and ``item_embeddings.parquet`` of a run; returns the manifest fields they imply
+    (``metric``, ``max_history``, ``dimension``)."""
+    paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
+    export_user_tower(model, item_vocab, user_vocab, paths.user_tower)
+    vectors = model.catalogue_vectors()
+    write_item_embeddings(paths.item_embeddings, item_vocab.ids[NUM_RESERVED:], vectors)
+    return {"metric": model.metric, "max_history": model.max_history, "dimension": int(vectors.shape[1])}
+
+
+class UserEncoder:
+    """Encodes users with an exported user tower: ``encode(user_ids, histories) -> float32 [B, d]``.
+
+    Histories are sequences of item ids, most recent first; they are truncated to ``max_history`` and padded with
+    "" (ignored), and sent in batches of ``batch_size`` users.
+    """
+
+    def __init__(self, loaded, batch_size: int = 4096):
+        self._loaded = loaded  # keeps the restored variables alive
+        self._serve = loaded.signatures[SIGNATURE]
+        self.max_history = int(loaded.max_history.numpy())
+        self.dimension = int(loaded.dimension.numpy())
+        self.metric = loaded.metric.numpy().decode()
+        self.batch_size = int(batch_size)
+
+    def _pad(self, histories: Sequence[Sequence[str]]) -> np.ndarray:
+        lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
+        flat = np.fromiter(itertools.chain.from_iterable(histories), dtype=object, count=int(lengths.sum()))
+        rows = np.repeat(np.arange(len(histories)), lengths)
+        positions = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        keep = positions < self.max_history
+        padded = np.full([len(histories), self.max_history], "", dtype=object)
+        padded[rows[keep], positions[keep]] = flat[keep].astype(str)
+        return padded
+
+    def encode(self, user_ids: Sequence[str], histories: Sequence[Sequence[str]]) -> np.ndarray:
+        if len(user_ids) != len(histories):
+            raise InputError(f"{len(user_ids)} user ids but {len(histories)} histories")
+        users = np.asarray(user_ids, dtype=object).astype(str)
+        out = [np.zeros([0, self.dimension], np.float32)]
+        for start in range(0, len(users), self.batch_size):
+            stop = start + self.batch_size
+            result = self._serve(user_id=tf.constant(users[start:stop], tf.string),
+                                 history=tf.constant(self._pad(histories[start:stop]), tf.string))
+            out.append(result["embedding"].numpy())
+        return np.concatenate(out, axis=0)
+
+
+def load_user_encoder(path: PathLike, batch_size: int = 4096) -> UserEncoder:
+    """Loads an exported user tower: ``path`` is the SavedModel directory or a run directory holding ``user_tower/``."""
+    path = os.fspath(path)
+    candidate = RunPaths(path).user_tower
+    saved = str(candidate) if candidate.is_dir() else path
+    try:
+        loaded = tf.saved_model.load(saved)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot load the user tower: {e}", path=saved) from None
+    return UserEncoder(loaded, batch_size)
+
+
+__all__ = ["SIGNATURE", "UserEncoder", "export_mean_pooling_encoder", "export_two_tower", "export_user_tower",
+           "load_user_encoder", "read_item_embeddings", "write_item_embeddings"]
+
