@@ -129,8 +129,9 @@ def in_batch_softmax(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf
     A per-column correction by the producing mechanism estimates ``sum_c exp(s_c)`` once per mechanism; for the
     mixture estimate (Yang et al. 2020 mixed negative sampling, balance heuristic) pass for *every* column the log
     of the total expected count ``Q_batch(c) + Q_extra(c)`` (``sampling.mixture_log_q``): on the same count scale,
-    so use the per-batch probability, not ``count/total``, for the batch part. That keeps tail items, rare in
-    batches, from getting huge ``1/Q_batch`` weights.
+    so the batch part is ``log(B) + static_log_q(counts)``, not ``log(count/total)``. It keeps the estimate of the
+    partition function unbiased (the per-mechanism correction doubles it) and stops tail items, rare in batches,
+    from getting huge ``1/Q_batch`` weights.
 
     Args:
       query: ``[B, d]`` query embeddings.

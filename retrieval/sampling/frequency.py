@@ -1,15 +1,18 @@
 """Candidate frequencies for the log-Q correction: static (from counts) and streaming (Yi et al. 2019).
 
 In-batch softmax uses the batch itself as the proposal, so the ``Q(c)`` that ``retrieval.losses.in_batch_softmax``
-subtracts is how often ``c`` shows up in batches. Two scales are in use:
+subtracts is how often ``c`` shows up in batches. Three scales are in use:
 
-* ``count / total``: the probability of one draw. Multiplying every ``Q`` by the same factor (``B``, ``total``) adds
-  one constant to every logit of a row and cancels in the softmax, so this is as good as the expected count
-  ``B * count / total`` as long as it is the only proposal.
-* ``1 - (1 - f) ** B``: the probability that the item appears in a batch of ``B`` (what the streaming estimator
-  measures). It equals ``B * f`` for rare items and saturates at 1 for head items, which appear in almost every
-  batch however popular they are. Use it when several proposals are mixed (``mixture_log_q``): then the scales
-  must agree and a common factor no longer cancels.
+* ``f = count / total``: the probability of one draw (``static_log_q(counts)``). Multiplying every ``Q`` by the same
+  factor (``B``, ``total``) adds one constant to every logit of a row, which cancels in the softmax, so this is as
+  good as any other scale as long as the batch is the only proposal.
+* ``B * f``: the expected number of columns of a batch of ``B`` holding the item (``log(B) + static_log_q(counts)``).
+  Exact for mixing with sampled negatives (``mixture_log_q``), where the scales must agree because a common factor
+  no longer cancels; duplicates stay separate columns in the in-batch softmax, so this is their expected count.
+* ``1 - (1 - f) ** B``: the probability that the item appears at least once in a batch of ``B``
+  (``static_log_q(counts, batch_size=B)``; what the streaming estimator of Yi et al. 2019 measures). It equals
+  ``B * f`` for items rarer than about one per batch and saturates at 1 for head items, which appear in nearly every
+  batch however popular they are, so it corrects the head less than ``B * f`` does.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ def mixture_log_q(*log_expected_counts: tf.Tensor) -> tf.Tensor:
     ones. An item can come from either mechanism, so its expected number of appearances among the candidates is the
     sum of the mechanisms' expected counts; correcting every column with this total (the balance heuristic of
     multiple importance sampling, Veach & Guibas 1995) keeps the estimate of the partition function unbiased and
-    bounds a tail item's weight by ``1 / Q_extra``. Each argument must be on the expected-count scale (per-batch
-    appearance probability for the batch, the sampler's log expected count for the extras).
+    bounds a tail item's weight by ``1 / Q_extra``. Each argument must be on the expected-count scale: for the batch
+    ``log(B) + static_log_q(counts)`` (or, approximately, the per-batch probability of ``static_log_q(counts, B)`` or
+    of ``StreamingFrequencyEstimator``), for sampled extras the sampler's log expected count.
 
     Args:
       *log_expected_counts: tensors of the same shape, one per mechanism, for the same candidates.
