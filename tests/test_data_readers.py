@@ -49,6 +49,7 @@ def test_timestamp_is_optional(tmp_path):
     path = tmp_path / "log.csv"
     path.write_text("user_id,item_id\n007,x\n007,y\nb,x\n")
     _canonical_ok(read_interactions(path, columns=ColumnNames(timestamp=None)), with_timestamp=False)
+    _canonical_ok(read_interactions(path, columns=ColumnNames(timestamp="")), with_timestamp=False)
     _canonical_ok(read_interactions(path), with_timestamp=False)
 
 

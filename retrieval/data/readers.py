@@ -38,13 +38,18 @@ class ColumnNames:
     """Names of the interaction columns in a ``csv``/``tsv``/``parquet`` file.
 
     ``timestamp`` is optional: when the file lacks that column the interactions keep file order (a warning is
-    logged; pass ``timestamp=None`` to silence it). ``weight`` is read only when named.
+    logged; pass ``timestamp=None`` or ``""`` to silence it). ``weight`` is read only when named.
     """
 
     user: str = "user_id"
     item: str = "item_id"
     timestamp: Optional[str] = "timestamp"
     weight: Optional[str] = None
+
+    def __post_init__(self):
+        for name in ("timestamp", "weight"):
+            if getattr(self, name) == "":
+                object.__setattr__(self, name, None)
 
 
 def guess_format(path: str | os.PathLike) -> str:
