@@ -1,0 +1,273 @@
+"""Training: Keras ``fit`` over ``tf.data`` with resumable checkpoints, a learning-rate schedule, progress logs,
+TensorBoard and optional early stopping on a validation metric.
+
+Resumption: ``fit`` restores the latest checkpoint of ``checkpoint_dir`` (model weights, the streaming frequency
+estimator, optimizer slots and the step ``optimizer.iterations``) and continues the *same* stream of batches: the
+pipeline is ``shuffle(seed) -> repeat -> batch``, deterministic under the seed, and skips the batches already
+trained on. Training ends after exactly ``epochs * steps_per_epoch`` steps whether or not it was interrupted. Keras
+epochs after a resume are counted from the resumed step (``initial_epoch = step // steps_per_epoch``); early-stopping
+patience restarts with the process.
+
+Distribution: build the model inside ``strategy.scope()`` (``distributed.make_strategy(config.strategy)``); ``fit``
+uses the model's strategy. ``batch_size`` is the global batch. Every worker runs ``evaluate_fn`` (so they take the
+same early-stopping decision); only the chief writes checkpoints and TensorBoard logs that are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+import ml_collections
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from tensorflow.core.framework import summary_pb2
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval import distributed
+from retrieval.artifacts import PathLike
+from retrieval.data.examples import to_dataset
+from retrieval.errors import InputError
+from retrieval.models.two_tower import TwoTowerModel
+
+OPTIMIZERS = ("adam", "adagrad")
+SCHEDULES = ("constant", "cosine")
+
+
+def default_train_config() -> ml_collections.ConfigDict:
+    """Returns the documented default training configuration (the ``config.train`` section)."""
+    config = ml_collections.ConfigDict()
+    # Passes over the training examples; training runs exactly epochs * ceil(examples / batch_size) steps.
+    config.epochs = 10
+    # Global batch size (split across replicas). In-batch negatives: larger batches give more negatives.
+    config.batch_size = 1024
+    # Optimizer: "adam" or "adagrad", its peak learning rate and decoupled weight decay (AdamW-style; 0: none;
+    # biases are exempt).
+    config.optimizer = "adam"
+    config.learning_rate = 0.003
+    config.weight_decay = 0.0
+    # Learning-rate schedule: "constant" or "cosine" (decay to min_learning_rate_ratio * learning_rate at the last
+    # step), after warmup_steps of linear warmup from 0 (both schedules).
+    config.schedule = "cosine"
+    config.warmup_steps = 100
+    config.min_learning_rate_ratio = 0.0
+    # Save a checkpoint every this many steps (and always at the end); keep this many.
+    config.checkpoint_every_steps = 1000
+    config.keep_checkpoints = 3
+    # Log loss and examples/s through absl (and to TensorBoard) every this many steps.
+    config.log_every_steps = 100
+    # Early stopping on the validation metric returned by evaluate_fn (higher is better), run every
+    # eval_every_epochs epochs; stop after `patience` evaluations without improvement and restore the best weights.
+    # 0: never stop early.
+    config.eval_every_epochs = 1
+    config.early_stopping_patience = 0
+    # Name under which the validation metric is logged (Keras logs, TensorBoard).
+    config.eval_metric_name = "val_recall"
+    # Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG).
+    config.strategy = "default"
+    # Seed of the shuffling (the pipelines set it from the top-level `seed`).
+    config.seed = 42
+    return config
+
+
+@dataclasses.dataclass
+class FitResult:
+    """What ``fit`` did: Keras history (per-epoch logs), the final step and the best validation metric."""
+
+    history: dict
+    step: int
+    best_metric: Optional[float] = None
+    stopped_early: bool = False
+
+
+class ProgressLogger(tf.keras.callbacks.Callback):
+    """Logs the step, the running loss, the learning rate and the throughput (examples/s) through absl every
+    ``every_steps``, and writes them, with every numeric epoch log (``val_loss``, the validation metric), as
+    TensorBoard scalars to ``log_dir`` when given. Summaries are written with ``tf.summary.write`` and the scalars
+    plugin metadata, so the ``tensorboard`` package is needed only to view them."""
+
+    def __init__(self, every_steps: int, batch_size: int, total_steps: int, log_dir: Optional[PathLike] = None):
+        super().__init__()
+        self.every_steps, self.batch_size, self.total_steps = max(int(every_steps), 1), batch_size, total_steps
+        self._writer = tf.summary.create_file_writer(str(log_dir)) if log_dir is not None else None
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+    def _write(self, values: Mapping[str, float], step: int) -> None:
+        if self._writer is None:
+            return
+        with self._writer.as_default():
+            for tag, value in values.items():
+                tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step, metadata=self._metadata)
+        self._writer.flush()
+
+    def on_train_begin(self, logs=None):
+        self._last_step, self._last_time = int(self.model.optimizer.iterations), time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations)
+        if step % self.every_steps and step < self.total_steps:
+            return
+        now = time.perf_counter()
+        values = {"loss": float((logs or {}).get("loss", float("nan"))),
+                  "learning_rate": float(self.model.optimizer.learning_rate),
+                  "examples_per_second": (step - self._last_step) * self.batch_size / max(now - self._last_time, 1e-9)}
+        logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f examples/s", step, self.total_steps, values["loss"],
+                     values["learning_rate"], values["examples_per_second"])
+        self._write(values, step)
+        self._last_step, self._last_time = step, now
+
+    def on_epoch_end(self, epoch, logs=None):
+        numeric = {f"epoch_{k}": v for k, v in (logs or {}).items() if isinstance(v, (int, float, np.floating))}
+        self._write(numeric, int(self.model.optimizer.iterations))
+
+
+class StopAtStep(tf.keras.callbacks.Callback):
+    """Stops at exactly ``total_steps`` optimizer steps (a resumed run's last Keras epoch would otherwise overrun)."""
+
+    def __init__(self, total_steps: int):
+        super().__init__()
+        self.total_steps = total_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) >= self.total_steps:
+            self.model.stop_training = True
+
+
+class EvaluateCallback(tf.keras.callbacks.Callback):
+    """Calls ``evaluate_fn()`` every ``every_epochs`` epochs and adds the value to the epoch logs as ``name`` (so
+    EarlyStopping, TensorBoard and the history see it)."""
+
+    def __init__(self, evaluate_fn: Callable[[], float], name: str, every_epochs: int = 1):
+        super().__init__()
+        self.evaluate_fn, self.name, self.every_epochs = evaluate_fn, name, max(int(every_epochs), 1)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every_epochs == 0 and logs is not None:
+            logs[self.name] = float(self.evaluate_fn())
+            logging.info("epoch %d  %s %.5f", epoch + 1, self.name, logs[self.name])
+
+
+class CheckpointEvery(tf.keras.callbacks.Callback):
+    """Saves through ``manager`` every ``every_steps`` optimizer steps and at the end of training (always: early
+    stopping may have restored other weights since the last periodic save)."""
+
+    def __init__(self, manager: tf.train.CheckpointManager, every_steps: int):
+        super().__init__()
+        self.manager, self.every_steps = manager, max(int(every_steps), 1)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations)
+        if step % self.every_steps == 0:
+            self.manager.save(checkpoint_number=step)
+
+    def on_train_end(self, logs=None):
+        self.manager.save(checkpoint_number=int(self.model.optimizer.iterations))
+
+
+def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
+    """The learning rate or schedule: linear warmup to ``learning_rate``, then constant or cosine decay
+    (Loshchilov & Hutter 2017, SGDR eq. 5 without restarts)."""
+    if config.schedule not in SCHEDULES:
+        raise InputError(f"{config.schedule!r} is not one of {SCHEDULES}", field="train.schedule")
+    warmup = max(int(config.warmup_steps), 0)
+    if config.schedule == "constant" and warmup == 0:
+        return float(config.learning_rate)
+    alpha = 1.0 if config.schedule == "constant" else float(config.min_learning_rate_ratio)
+    return tf.keras.optimizers.schedules.CosineDecay(
+        0.0 if warmup else float(config.learning_rate), decay_steps=max(total_steps - warmup, 1), alpha=alpha,
+        warmup_target=float(config.learning_rate) if warmup else None, warmup_steps=warmup)
+
+
+def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> tf.keras.optimizers.Optimizer:
+    """Adam or Adagrad with the schedule and the decoupled weight decay of ``config``."""
+    if config.optimizer not in OPTIMIZERS:
+        raise InputError(f"{config.optimizer!r} is not one of {OPTIMIZERS}", field="train.optimizer")
+    kind = tf.keras.optimizers.Adam if config.optimizer == "adam" else tf.keras.optimizers.Adagrad
+    optimizer = kind(learning_rate(config, total_steps), weight_decay=config.weight_decay or None)
+    if config.weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=["bias"])
+    return optimizer
+
+
+def _build(model: TwoTowerModel, examples: Mapping[str, np.ndarray]) -> None:
+    """Creates every variable (towers, optimizer slots) so a checkpoint restores at once, not deferred."""
+    sample = {key: tf.constant(value[:2]) for key, value in examples.items()}
+    model(sample)
+    model.item_vectors(tf.cast(sample["label"], tf.int32))
+    model.optimizer.build(model.trainable_variables)
+
+
+def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_collections.ConfigDict, *,
+        checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
+        evaluate_fn: Optional[Callable[[], float]] = None,
+        validation_examples: Optional[Mapping[str, np.ndarray]] = None) -> FitResult:
+    """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``), resuming from
+    the latest checkpoint in ``checkpoint_dir`` if there is one.
+
+    Args:
+      model: built by ``build_model`` (inside ``strategy.scope()`` when distributed); compiled here.
+      examples: equal-length arrays ``user``, ``history``, ``history_length``, ``label``, optional ``example_age``.
+      config: the ``train`` section (``default_train_config``).
+      checkpoint_dir: where checkpoints go (every ``checkpoint_every_steps`` and at the end); None: no checkpoints.
+      tensorboard_dir: TensorBoard log directory; None: none.
+      evaluate_fn: ``() -> float``, a validation metric (higher is better, e.g. full-corpus recall@k of the
+        current weights), logged as ``config.eval_metric_name`` and used for early stopping.
+      validation_examples: optional held-out examples whose loss is logged as ``val_loss`` each epoch.
+
+    Returns:
+      A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
+    """
+    num_examples = len(examples["label"])
+    if num_examples == 0:
+        raise InputError("no training examples", field="train")
+    steps_per_epoch = math.ceil(num_examples / config.batch_size)
+    total_steps = config.epochs * steps_per_epoch
+    strategy = model.distribute_strategy
+    with strategy.scope():
+        model.compile(optimizer=make_optimizer(config, total_steps))
+        _build(model, examples)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager, private_dir = None, None
+    if checkpoint_dir is not None:
+        directory = distributed.worker_path(Path(checkpoint_dir), strategy)
+        private_dir = None if directory == Path(checkpoint_dir) else directory
+        manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=config.keep_checkpoints)
+        if manager.latest_checkpoint:
+            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+            logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(model.optimizer.iterations))
+    step = int(model.optimizer.iterations)
+    try:
+        if step >= total_steps:
+            logging.info("training already complete (step %d of %d)", step, total_steps)
+            return FitResult(history={}, step=step)
+        dataset = to_dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
+        log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
+        callbacks = [StopAtStep(total_steps)]
+        early = None
+        if evaluate_fn is not None:
+            callbacks.append(EvaluateCallback(evaluate_fn, config.eval_metric_name, config.eval_every_epochs))
+            if config.early_stopping_patience > 0:
+                early = tf.keras.callbacks.EarlyStopping(config.eval_metric_name, mode="max",
+                                                         patience=config.early_stopping_patience,
+                                                         restore_best_weights=True)
+                callbacks.append(early)
+        callbacks.append(ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir))
+        if manager is not None:
+            callbacks.append(CheckpointEvery(manager, config.checkpoint_every_steps))  # last: saves restored weights
+        validation = (to_dataset(validation_examples, config.batch_size, shuffle=False)
+                      if validation_examples is not None else None)
+        history = model.fit(dataset, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                            initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,
+                            verbose=0)
+        best = None if early is None or not np.isfinite(early.best) else float(early.best)
+        return FitResult(history=history.history, step=int(model.optimizer.iterations), best_metric=best,
+                         stopped_early=bool(early is not None and early.stopped_epoch > 0))
+    finally:
+        if private_dir is not None:
+            shutil.rmtree(private_dir, ignore_errors=True)
