@@ -1,5 +1,7 @@
 """Feature specs and dense per-index arrays aligned with a vocabulary."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -33,6 +35,7 @@ def test_infer_specs(table):
     forced = {s.name: s for s in infer_specs(table, "item_id", kinds={"genres": "categorical"}, max_values=2)}
     assert forced["genres"].kind == "categorical" and "x|y" in forced["genres"].vocabulary
     assert {s.name: s for s in infer_specs(table, "item_id", max_values=2)}["genres"].max_values == 2
+    assert json.loads(json.dumps([s.to_dict() for s in specs.values()]))[0]["vocabulary"] == ["y", "x", "z"]
 
 
 def test_feature_arrays_are_aligned_with_the_vocabulary(table, vocab):

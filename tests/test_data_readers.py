@@ -120,6 +120,9 @@ def test_movielens_feature_helpers(tmp_path):
     assert list(one_m.columns) == list(hundred_k.columns) == ["user_id", "gender", "age", "occupation", "zip"]
     assert one_m.iloc[1].tolist() == ["2", "M", 56, "16", "70072"]
     assert hundred_k.iloc[0].tolist() == ["1", "M", 24, "technician", "85711"]
+    genres = read_features(movies, "item_id", kinds={"genres": "multi"}, columns=["genres"])
+    assert genres.to_dict("list") == {"item_id": ["1", "2"], "genres": ["Animation|Children's|Comedy", "Action"]}
+    assert read_features(u_user, "user_id")["occupation"].tolist() == ["technician"]
 
 
 @pytest.mark.parametrize("bad_format", ["excel", ""])

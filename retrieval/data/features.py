@@ -96,7 +96,7 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
         counts = values.value_counts()
         order = np.lexsort((counts.index.to_numpy(dtype=str), -counts.to_numpy()))
         longest = int(values.groupby(level=0).size().max()) if len(values) else 1
-        specs.append(FeatureSpec(name, kind, tuple(counts.index.to_numpy(dtype=str)[order]),
+        specs.append(FeatureSpec(name, kind, tuple(counts.index.to_numpy(dtype=str)[order].tolist()),
                                  max_values=min(longest, max_values or longest) if kind == "multi" else 1))
     return specs
 

@@ -103,3 +103,14 @@ def read_users(path: str | os.PathLike) -> pd.DataFrame:
     frame["user_id"] = validate.ids(frame["user_id"], path, "user_id")
     validate.unique(frame["user_id"], path, "user_id")
     return frame
+
+
+def read_feature_table(path: str | os.PathLike) -> pd.DataFrame:
+    """:func:`read_items` or :func:`read_users`, chosen from the file name (``movies.dat``/``u.item`` or
+    ``users.dat``/``u.user``)."""
+    name = Path(path).name.lower()
+    if "movie" in name or "item" in name:
+        return read_items(path)
+    if "user" in name:
+        return read_users(path)
+    raise InputError("not a MovieLens feature file (movies.dat, u.item, users.dat or u.user)", path=str(path))

@@ -9,8 +9,8 @@ Interactions come out with the canonical columns ``user_id`` (str), ``item_id`` 
   ``weight`` only when ``ColumnNames.weight == "rating"`` (implicit feedback by default).
 - ``user_items``: one user per line, ``user item item ...`` (whitespace-separated) in time order; ``timestamp`` is
   the position in the line (0, 1, ...).
-- ``auto``: guessed from the file name (``.csv``, ``.tsv``/``.tab``, ``.parquet``/``.pq``, ``.dat``/``u.data``,
-  ``.txt``), logged.
+- ``auto``: guessed from the file name (``.csv``, ``.tsv``/``.tab``, ``.parquet``/``.pq``, ``.dat``/``u.data`` (and
+  ``u.item``/``u.user`` for feature tables), ``.txt``), logged.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from retrieval.errors import InputError
 FORMATS = ("csv", "tsv", "parquet", "movielens", "user_items", "auto")
 FEATURE_KINDS = ("categorical", "multi", "numeric")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
-             ".dat": "movielens", ".data": "movielens", ".txt": "user_items"}
+             ".dat": "movielens", ".data": "movielens", ".item": "movielens", ".user": "movielens",
+             ".txt": "user_items"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +156,9 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
     (``|``-separated values such as ``"Action|Comedy"``) or ``numeric`` and casts it: numeric to float64 (empty =
     missing, anything else non-numeric fails), the others to strings (empty = missing). Columns without a kind keep
     the type pandas read; :func:`retrieval.data.features.infer_specs` describes them for the models.
+
+    ``movielens`` (also guessed for ``*.dat``) reads ``movies.dat``/``u.item`` (``item_id, title, genres``) or
+    ``users.dat``/``u.user`` (``user_id, gender, age, occupation, zip``), see :mod:`retrieval.data.movielens`.
     """
     path = str(path)
     kinds = dict(kinds or {})
@@ -164,7 +168,13 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
                          field="kinds")
     wanted = None if columns is None else [id_column, *[c for c in columns if c != id_column]]
     text = [c for c, k in kinds.items() if k != "numeric"]
-    frame = read_table(path, format, wanted, str_columns=(id_column, *text))
+    format = _resolve(path, format, ("csv", "tsv", "parquet", "movielens", "auto"))
+    if format == "movielens":
+        frame = movielens.read_feature_table(path)
+        validate.require_columns(frame.columns, wanted or [], path)
+        frame = frame[wanted] if wanted else frame
+    else:
+        frame = read_table(path, format, wanted, str_columns=(id_column, *text))
     validate.require_columns(frame.columns, [id_column, *kinds], path)
     frame[id_column] = validate.ids(frame[id_column], path, id_column)
     validate.unique(frame[id_column], path, id_column)
