@@ -1,0 +1,63 @@
+"""Evaluates a trained run: full-corpus exact ranking, metrics with 95% intervals, baselines, report.
+
+    python -m pipelines.evaluate --run_dir=artifacts/two_tower/latest [--test_path=test.csv] [--ks=10,20,50,100]
+
+Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run directory (atomically) and prints the
+headline numbers. Settings not given on the command line come from the run's ``config.json``. Exit codes: see
+``retrieval.cli`` (2 for bad input).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from absl import flags
+
+from retrieval import cli
+from retrieval.errors import InputError
+from retrieval.evaluation import runs
+
+_RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory to evaluate (holds data/, user_tower/, "
+                               "item_embeddings.parquet, manifest.json); the report is written into it.")
+_TEST_PATH = flags.DEFINE_string("test_path", None, "Explicit test file (csv, tsv, parquet, movielens or user_items "
+                                 "with canonical columns) instead of the run's data/test.parquet.")
+_KS = flags.DEFINE_list("ks", None, "Cut-offs k, comma separated, e.g. 10,20,50,100. Default: the run's eval.ks.")
+_BASELINES = flags.DEFINE_list("baselines", None, "Baselines computed in the same run, comma separated, among "
+                               "most_popular, random, item_knn; 'none' for none. Default: the run's eval.baselines.")
+_BOOTSTRAP = flags.DEFINE_integer("bootstrap", None, "Bootstrap resamples over users for 95% intervals and paired "
+                                  "tests; 0 disables them. Default: the run's eval.bootstrap, else 1000.")
+_SEED = flags.DEFINE_integer("seed", None, "Seed of the bootstrap and the random baseline. Default: the run's seed.")
+_INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Let users' training items be recommended (by default "
+                                   "they are excluded: the standard 'seen excluded' protocol).")
+_ANN_INDEX = flags.DEFINE_string("ann_index", None, "Optional FAISS index file over item_embeddings.parquet rows; "
+                                 "also reports its metrics and its recall against exact search (ann/...).")
+_COMPARE = flags.DEFINE_string("compare_run_dir", None, "Optional second run evaluated on the same users; reports a "
+                               "paired comparison (difference, 95% interval, p-value) under paired/compare/.")
+
+
+def _ints(values: Sequence[str], flag: str) -> list[int]:
+    try:
+        return [int(v) for v in values]
+    except ValueError:
+        raise InputError(f"expected integers, got {','.join(values)}", field=flag) from None
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not _RUN_DIR.value:
+        raise InputError("--run_dir is required", field="run_dir")
+    baselines = _BASELINES.value
+    metrics = runs.evaluate_run(
+        _RUN_DIR.value, ks=_ints(_KS.value, "ks") if _KS.value else None, test_path=_TEST_PATH.value,
+        exclude_train=False if _INCLUDE_TRAIN.value else None,
+        baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
+        ann_index_path=_ANN_INDEX.value, compare_run_dir=_COMPARE.value)
+    k = metrics["protocol/ks"][min(1, len(metrics["protocol/ks"]) - 1)]
+    print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
+          f"start): recall@{k}={metrics[f'recall@{k}']:.4f} ndcg@{k}={metrics[f'ndcg@{k}']:.4f}; "
+          f"report: {_RUN_DIR.value}/report.md")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,42 @@
+"""Batch inference: the top-k items for every user of a run (or for a given list of users), as Parquet.
+
+    python -m pipelines.recommend --run_dir=artifacts/two_tower/latest --k=100 --output=recs.parquet [--users=ids.txt]
+
+Output columns: ``user_id`` (string), ``item_ids`` (list<string>, original ids, best first), ``scores``
+(list<float32>). Training items are excluded by default. Exit codes: see ``retrieval.cli``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from absl import flags
+
+from retrieval import cli
+from retrieval.errors import InputError
+from retrieval.evaluation import inference
+
+_RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
+                               "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")
+_K = flags.DEFINE_integer("k", 100, "Number of items per user.")
+_OUTPUT = flags.DEFINE_string("output", None, "Parquet file to write (atomically).")
+_USERS = flags.DEFINE_string("users", None, "Optional user list: a csv/tsv/parquet file with a user_id column or a "
+                             "text file with one id per line. Default: every user of the training data.")
+_INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Allow recommending items the user already has in the "
+                                   "training data (excluded by default).")
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    for flag in (_RUN_DIR, _OUTPUT):
+        if not flag.value:
+            raise InputError(f"--{flag.name} is required", field=flag.name)
+    users = inference.read_user_list(_USERS.value) if _USERS.value else None
+    table = inference.recommend(_RUN_DIR.value, k=_K.value, user_ids=users, exclude_train=not _INCLUDE_TRAIN.value)
+    inference.write_recommendations(table, _OUTPUT.value)
+    print(f"wrote top-{_K.value} items for {table.num_rows} users to {_OUTPUT.value}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,151 @@
+"""Evaluation of one model against baselines on the same users: ranking, metrics, intervals, paired tests, counts.
+
+:func:`evaluate` works on index arrays (user vectors, item vectors, train/test CSR); ``runs.evaluate_run`` feeds it
+from a run directory. Users are rows of ``train``/``test`` (every user of either). A user is evaluated when she has
+at least one *rankable* test item: a catalogue item that, with ``exclude_train``, is not already among her training
+items (those can never be recommended, so they are removed from her relevant set and counted). Evaluated users with
+training history form the headline group; those without (cold start) are reported separately under
+``cold_start/``; users left with no rankable test item are counted. Output keys (flat, for ``metrics.json``):
+
+- ``recall@20``, ``ndcg@20``, ... model, users with history; ``recall@20_ci_low`` / ``_ci_high`` bootstrap 95%
+- ``cold_start/recall@20``: model, users without training history
+- ``baseline/<name>/recall@20`` (and ``baseline/<name>/cold_start/...``)
+- ``<name>/recall@20``: another system passed in ``others`` (e.g. a previous run), same users and catalogue
+- ``paired/<name>/recall@20_diff`` (model minus system ``name``, per user, averaged) with ``recall@20_diff_ci_low``,
+  ``recall@20_diff_ci_high`` and the paired ``recall@20_p_value``
+- ``ann/recall@20`` (model through the approximate index) and ``ann/recall_vs_exact@20`` (share of the exact top-k
+  the index finds)
+- ``count/...`` and ``protocol/...``
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from retrieval.data.vocab import NUM_RESERVED
+from retrieval.evaluation import baselines as baselines_lib
+from retrieval.evaluation import bootstrap, ranking
+from retrieval.evaluation import csr as csr_lib
+from retrieval.evaluation import metrics as metrics_lib
+
+DEFAULT_KS = (10, 20, 50, 100)
+CI_METRICS = ("recall", "ndcg")
+_PAIRED_KEYS = {"diff": "diff", "ci_low": "diff_ci_low", "ci_high": "diff_ci_high", "p_value": "p_value"}
+
+
+def _rankable(train: csr_lib.Csr, test: csr_lib.Csr, exclude_train: bool) -> tuple[csr_lib.Csr, int]:
+    """Test pairs that can be recommended, and how many were removed for being training items of the user."""
+    if not exclude_train:
+        return test, 0
+    rows, cols = csr_lib.to_pairs(test)
+    seen = csr_lib.contains(train, rows, cols[:, None])[:, 0]
+    return csr_lib.from_pairs(rows[~seen], cols[~seen], test.n_rows), int(seen.sum())
+
+
+class _Scoring:
+    """Ranks one system for one group of users and keeps its per-user metrics."""
+
+    def __init__(self, scorer: ranking.Scorer, rows: np.ndarray, relevant: csr_lib.Csr, exclude: Optional[csr_lib.Csr],
+                 ks: Sequence[int], n_items: int, popularity: np.ndarray, tail: np.ndarray, max_block_bytes: int):
+        self.top_k, _ = ranking.top_k(scorer, 0, n_items, max(ks), exclude, rows=rows,
+                                      max_block_bytes=max_block_bytes)
+        self.per_user = metrics_lib.accuracy(self.top_k, csr_lib.take(relevant, rows), ks)
+        self.per_user.update(metrics_lib.popularity_bias(self.top_k, ks, popularity, tail))
+        self.summary = metrics_lib.mean(self.per_user)
+        self.summary.update(metrics_lib.coverage(self.top_k, ks, n_items - NUM_RESERVED))
+
+
+def _headline(per_user: Mapping[str, np.ndarray], ks: Sequence[int]) -> dict[str, np.ndarray]:
+    return {f"{m}@{k}": per_user[f"{m}@{k}"] for m in CI_METRICS for k in ks}
+
+
+def _prefixed(prefix: str, values: Mapping[str, float]) -> dict[str, float]:
+    return {prefix + name: value for name, value in values.items()}
+
+
+def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.Csr, test: csr_lib.Csr,
+             ks: Sequence[int] = DEFAULT_KS, *, popularity: Optional[np.ndarray] = None, exclude_train: bool = True,
+             baselines: Sequence[str] = baselines_lib.NAMES, others: Optional[Mapping[str, ranking.Scorer]] = None,
+             n_bootstrap: int = 1000, seed: int = 0, ann_index=None, ann_index_offset: int = NUM_RESERVED,
+             head_share: float = 0.8, max_block_bytes: int = 256 << 20) -> dict:
+    """Full-corpus evaluation of ``user_vectors @ item_vectors.T`` and the baselines; returns flat metrics.
+
+    Args:
+      user_vectors: [U, d] aligned with the rows of ``train``/``test`` (rows without test items are not scored).
+      item_vectors: [V, d] aligned with vocabulary indices (rows 0 and 1, padding and OOV, are never recommended).
+      train: [U, V] training items per user (excluded from rankings when ``exclude_train``; baselines fit on it).
+      test: [U, V] relevant items per user.
+      ks: cut-offs.
+      popularity: [V] training interaction counts (default: users per item in ``train``).
+      baselines: names from ``baselines.NAMES``, computed in the same run.
+      others: more systems (scorers) reported under ``<name>/`` and compared with the model, e.g. another run.
+      n_bootstrap: resamples for intervals and paired tests (0: none).
+      ann_index: optional index with ``.search(queries, k)``; ``ann_index_offset`` maps its ids to item indices.
+      head_share: share of training interactions the popularity head holds (tail metrics).
+      max_block_bytes: memory bound of one score block.
+    """
+    ks = sorted({int(k) for k in ks})
+    n_users, n_items = len(user_vectors), len(item_vectors)
+    if train.n_rows != n_users or test.n_rows != n_users:
+        raise ValueError(f"{n_users} user vectors but train/test have {train.n_rows}/{test.n_rows} rows")
+    popularity = np.bincount(train.indices, minlength=n_items) if popularity is None else np.asarray(popularity)
+    tail = metrics_lib.tail_mask(popularity, head_share)
+    relevant, n_seen = _rankable(train, test, exclude_train)
+    has_test, has_train = relevant.lengths > 0, train.lengths > 0
+    groups = {"": np.flatnonzero(has_test & has_train), "cold_start/": np.flatnonzero(has_test & ~has_train)}
+    out = {
+        "protocol/ranking": "full corpus, exact (blocked matmul + top-k)",
+        "protocol/exclude_train": bool(exclude_train), "protocol/ks": list(ks),
+        "protocol/baselines": list(baselines), "protocol/others": list(others or {}), "protocol/head_share": head_share,
+        "protocol/bootstrap_resamples": int(n_bootstrap), "protocol/seed": int(seed),
+        "count/users": int(n_users), "count/items": int(n_items - NUM_RESERVED),
+        "count/train_pairs": int(train.indices.size), "count/test_pairs": int(test.indices.size),
+        "count/test_pairs_seen_in_train": n_seen, "count/test_pairs_rankable": int(relevant.indices.size),
+        "count/test_users": int((test.lengths > 0).sum()), "count/eval_users": len(groups[""]),
+        "count/cold_start_users": len(groups["cold_start/"]),
+        "count/test_users_without_rankable_items": int(((test.lengths > 0) & ~has_test).sum()),
+        "count/tail_items": int(tail[NUM_RESERVED:].sum()),
+    }
+    exclude = train if exclude_train else None
+    systems = [("", "model", ranking.dot_scorer(user_vectors, item_vectors))]
+    systems += [(f"baseline/{name}/", name, baselines_lib.make(name, train, n_items, popularity, seed))
+                for name in baselines]
+    systems += [(f"{name}/", name, scorer) for name, scorer in (others or {}).items()]
+    model = None
+    for prefix, tag, scorer in systems:
+        for group, rows in groups.items():
+            if not len(rows):
+                continue
+            result = _Scoring(scorer, rows, relevant, exclude, ks, n_items, popularity, tail, max_block_bytes)
+            out.update(_prefixed(prefix + group, result.summary))
+            if n_bootstrap:
+                for name, (low, high) in bootstrap.bootstrap_ci(_headline(result.per_user, ks), n_bootstrap,
+                                                                seed).items():
+                    out[f"{prefix}{group}{name}_ci_low"], out[f"{prefix}{group}{name}_ci_high"] = low, high
+            if group:
+                continue
+            if model is None:
+                model = result
+            elif n_bootstrap:
+                paired = bootstrap.paired_comparison(_headline(model.per_user, ks), _headline(result.per_user, ks),
+                                                     n_bootstrap, seed)
+                for name, stats in paired.items():
+                    out.update({f"paired/{tag}/{name}_{_PAIRED_KEYS[field]}": v for field, v in stats.items()})
+        logging.info("evaluated %s: recall@%d = %s", tag, ks[-1], out.get(f"{prefix}recall@{ks[-1]}"))
+    if ann_index is not None and model is not None:
+        out.update(_ann(ann_index, ann_index_offset, user_vectors, groups[""], relevant, exclude, ks, model.top_k))
+    return out
+
+
+def _ann(index, offset: int, user_vectors: np.ndarray, rows: np.ndarray, relevant: csr_lib.Csr,
+         exclude: Optional[csr_lib.Csr], ks: Sequence[int], exact_top_k: np.ndarray) -> dict:
+    """Model metrics through the approximate index, and its recall against the exact top-k."""
+    excluded = csr_lib.take(exclude, rows) if exclude is not None else None
+    approx, _ = ranking.ann_top_k(index, user_vectors[rows], max(ks), excluded, index_offset=offset)
+    per_user = metrics_lib.accuracy(approx, csr_lib.take(relevant, rows), ks)
+    out = _prefixed("ann/", metrics_lib.mean(per_user))
+    out.update(_prefixed("ann/", metrics_lib.mean(ranking.overlap_at_k(approx, exact_top_k, ks))))
+    return out

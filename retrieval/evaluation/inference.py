@@ -1,0 +1,82 @@
+"""Batch inference: the top-k items of every user (or of a given list of users) of a run, as Parquet.
+
+The same exact ranking as the evaluation (``ranking.top_k``: blocked matmul, training items excluded by default,
+padding/OOV never recommended), fed by the run's exported model (``loading``). Users absent from the training data
+get an empty history (the user tower's cold-start answer); they are counted in the log. Output columns: ``user_id``
+(string), ``item_ids`` (list<string>, original ids, best first) and ``scores`` (list<float32>); a list is shorter
+than k only when fewer than k items can be recommended to that user.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from absl import logging
+
+from retrieval import artifacts
+from retrieval.data.vocab import NUM_RESERVED
+from retrieval.errors import InputError
+from retrieval.evaluation import csr as csr_lib
+from retrieval.evaluation import loading, protocols, ranking
+
+
+def read_user_list(path) -> np.ndarray:
+    """User ids from a table with a ``user_id`` column (csv, tsv, parquet) or a text file with one id per line."""
+    path = str(path)
+    try:
+        if path.endswith((".parquet", ".pq")):
+            frame = pd.read_parquet(path, columns=["user_id"])
+        elif path.endswith((".csv", ".tsv")):
+            frame = pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",", dtype=str)
+        else:
+            frame = pd.DataFrame({"user_id": pd.read_csv(path, header=None, dtype=str)[0]})
+    except (OSError, ValueError, KeyError) as e:
+        raise InputError(f"cannot read the user list: {e}", path=path) from None
+    if "user_id" not in frame:
+        raise InputError("the user list needs a user_id column", path=path, column="user_id")
+    users = frame["user_id"].dropna().astype(str).str.strip()
+    return pd.unique(users[users != ""].to_numpy(dtype=object)).astype(str)
+
+
+def recommend(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, exclude_train: bool = True,
+              max_block_bytes: int = 256 << 20) -> pa.Table:
+    """Top-k recommendations of ``user_ids`` (default: every user of the training data) as an Arrow table."""
+    if k < 1:
+        raise InputError(f"k must be at least 1, got {k}", field="k")
+    paths = artifacts.RunPaths(run_dir)
+    train = loading.read_interactions(paths.train_data, "training data")
+    model = loading.load_run_model(run_dir)
+    users = np.unique(train["user_id"].astype(str).to_numpy()) if user_ids is None else np.asarray(user_ids, str)
+    data = protocols.prepare(train, train.iloc[:0], model.item_ids)
+    rows_in_train = pd.Index(data.user_ids).get_indexer(users)
+    logging.info("recommending %d items to %d users (%d without training history)", k, len(users),
+                 int((rows_in_train < 0).sum()))
+    exclude = None
+    if exclude_train:  # users without training history point at an extra, empty row
+        padded = csr_lib.Csr(np.append(data.train.indptr, data.train.indptr[-1]), data.train.indices)
+        exclude = csr_lib.take(padded, np.where(rows_in_train >= 0, rows_in_train, data.train.n_rows))
+    vectors = model.user_vectors(users, train)
+    idx, scores = ranking.top_k(ranking.dot_scorer(vectors, model.item_vectors), len(users),
+                                len(model.item_vectors), k, exclude, max_block_bytes=max_block_bytes)
+    return _to_table(users, idx, scores, model.item_ids)
+
+
+def _to_table(users: np.ndarray, idx: np.ndarray, scores: np.ndarray, item_ids: np.ndarray) -> pa.Table:
+    valid = idx >= 0  # -1 slots (nothing left to recommend) come last in each row
+    offsets = pa.array(np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int32))
+    items = pa.array(item_ids[idx[valid] - NUM_RESERVED], pa.string())
+    return pa.table({
+        "user_id": pa.array(users, pa.string()),
+        "item_ids": pa.ListArray.from_arrays(offsets, items),
+        "scores": pa.ListArray.from_arrays(offsets, pa.array(scores[valid], pa.float32())),
+    })
+
+
+def write_recommendations(table: pa.Table, path) -> None:
+    """Writes the recommendations table to Parquet atomically."""
+    with artifacts.atomic_path(path) as tmp:
+        pq.write_table(table, tmp)

@@ -1,0 +1,127 @@
+"""Evaluation protocols: how train and test were obtained, and the index arrays the evaluator ranks with.
+
+The protocols (named as ``config.data.split``):
+
+- ``files``: an explicit test file (and a training file); nothing is derived.
+- ``leave_last_n``: each user's last n interactions by time are test (n = 1: the YoutubeDNN / SASRec next-item
+  protocol, "leave-last-one-out").
+- ``temporal``: a global cut-off time; interactions at or after it are test (no future leaks into training).
+- ``random``: a seeded per-user random holdout.
+
+The splits are built by :mod:`retrieval.data.splits`; :func:`split` only maps a protocol name to it, with policy
+``keep`` so that test users without training history (cold start) and test items unknown to training reach the
+evaluator, which counts and reports them instead of losing them. :func:`prepare` turns train/test DataFrames
+(canonical columns ``user_id``, ``item_id``, optional ``timestamp``) into CSR matrices over an item catalogue
+(vocabulary indices: 0 = padding, 1 = OOV, catalogue items from 2) and the counts every report carries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from retrieval.data import splits
+from retrieval.data.vocab import NUM_RESERVED, OOV, PAD
+from retrieval.evaluation import csr as csr_lib
+
+_SPLITTERS = {
+    "leave_last_n": lambda df, p: splits.leave_last_n_out(df, n=p.get("n", 1), policy="keep"),
+    "temporal": lambda df, p: splits.temporal_cutoff(df, cutoff=p.get("cutoff"),
+                                                     test_fraction=p.get("test_fraction", 0.2), policy="keep"),
+    "random": lambda df, p: splits.random_holdout(df, test_fraction=p.get("test_fraction", 0.2),
+                                                  seed=p.get("seed", 0), policy="keep"),
+}
+
+
+def describe(name: str, **params) -> str:
+    """One line stating the protocol, to print beside every number."""
+    if name == "leave_last_n":
+        n = params.get("n", 1)
+        what = "leave-last-one-out next-item" if n == 1 else f"leave-last-{n}-out"
+        return f"{what} (each user's last {n} interaction(s) by time are test)"
+    if name == "temporal":
+        at = params.get("cutoff")
+        where = f"time {at}" if at is not None else f"the {1 - params.get('test_fraction', 0.2):.0%} time quantile"
+        return f"temporal cut-off at {where} (later interactions are test)"
+    if name == "random":
+        return (f"random per-user holdout ({params.get('test_fraction', 0.2):.0%} of each user's interactions, "
+                f"seed {params.get('seed', 0)})")
+    if name == "files":
+        return f"explicit test file{' ' + str(params['path']) if params.get('path') else ''}"
+    raise ValueError(f"unknown protocol {name!r}; expected one of files, leave_last_n, temporal, random")
+
+
+def split(interactions: pd.DataFrame, name: str, **params) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Splits an interaction log by protocol ``name``; returns (train, test, description)."""
+    if name not in _SPLITTERS:
+        raise ValueError(f"protocol {name!r} cannot split a log; expected one of {', '.join(_SPLITTERS)}")
+    result = _SPLITTERS[name](interactions, params)
+    return result.train, result.test, describe(name, **params)
+
+
+@dataclasses.dataclass
+class EvalData:
+    """Train/test as CSR over ``user_ids`` rows x vocabulary item indices, plus what was counted on the way."""
+
+    user_ids: np.ndarray  # [U] str: every user of train or test, sorted
+    item_ids: np.ndarray  # [V] str: "<pad>", "<oov>", then the catalogue
+    train: csr_lib.Csr  # distinct (user, catalogue item) training pairs
+    test: csr_lib.Csr  # distinct (user, catalogue item) test pairs
+    popularity: np.ndarray  # [V] int64 training interactions per item (repeats counted)
+    counts: dict
+
+
+def _index(values: pd.Series, universe: pd.Index, offset: int = 0) -> np.ndarray:
+    return universe.get_indexer(values.astype(str)).astype(np.int64) + offset
+
+
+def prepare(train: pd.DataFrame, test: pd.DataFrame, catalogue: Sequence[str]) -> EvalData:
+    """Index train and test against ``catalogue`` (item ids in vocabulary order, index 2 onwards).
+
+    Interactions with an item outside the catalogue cannot be ranked: they are dropped and counted
+    (``count/test_interactions_unknown_item``, ``count/train_interactions_unknown_item``). Every user of either
+    table gets a row, so test users without training history stay in (the evaluator reports them as cold start).
+    """
+    catalogue = np.asarray(catalogue, dtype=object).astype(str)
+    items = pd.Index(catalogue)
+    if not items.is_unique:
+        raise ValueError("catalogue item ids must be unique")
+    user_ids = np.unique(np.concatenate([train["user_id"].astype(str).to_numpy(dtype=object),
+                                         test["user_id"].astype(str).to_numpy(dtype=object)]).astype(str))
+    users = pd.Index(user_ids)
+    n_items = len(catalogue) + NUM_RESERVED
+    tables = {}
+    counts = {}
+    for name, frame in (("train", train), ("test", test)):
+        rows = _index(frame["user_id"], users)
+        cols = _index(frame["item_id"], items, NUM_RESERVED)
+        known = cols >= NUM_RESERVED
+        tables[name] = (rows[known], cols[known])
+        counts[f"count/{name}_interactions"] = int(len(frame))
+        counts[f"count/{name}_interactions_unknown_item"] = int((~known).sum())
+        counts[f"count/{name}_users"] = int(frame["user_id"].nunique())
+    popularity = np.bincount(tables["train"][1], minlength=n_items).astype(np.int64)
+    return EvalData(
+        user_ids=user_ids,
+        item_ids=np.concatenate([[PAD, OOV], catalogue]).astype(str),
+        train=csr_lib.from_pairs(*tables["train"], len(user_ids)),
+        test=csr_lib.from_pairs(*tables["test"], len(user_ids)),
+        popularity=popularity,
+        counts=counts,
+    )
+
+
+def histories(train: pd.DataFrame, user_ids: Sequence[str]) -> list[np.ndarray]:
+    """Each user's training item ids, most recent first (timestamp, then file order); empty for unknown users."""
+    order_key = train["timestamp"].to_numpy() if "timestamp" in train else np.zeros(len(train), np.int64)
+    users = pd.Index(np.asarray(user_ids, dtype=object).astype(str))
+    rows = _index(train["user_id"], users)
+    position = np.arange(len(train))
+    keep = rows >= 0
+    order = np.lexsort((-position[keep], -order_key[keep], rows[keep]))
+    items = train["item_id"].astype(str).to_numpy(dtype=object)[keep][order]
+    bounds = np.cumsum(np.bincount(rows[keep], minlength=len(users)))[:-1]
+    return np.split(items, bounds)

@@ -1,0 +1,120 @@
+"""Output of an evaluation: ``metrics.json`` (flat keys), ``report.md`` (tables) and ``recall_at_k.png``.
+
+Everything is rendered from the flat metrics dict that ``evaluator.evaluate`` / ``runs.evaluate_run`` return (the
+systems and cut-offs are read from its ``protocol/*`` keys), and written atomically through ``retrieval.artifacts``,
+so a reader sees the previous report or the new one, never a mix. The plot uses matplotlib's object API on the Agg
+canvas (no pyplot global state, no display needed).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from retrieval import artifacts
+
+ALL_METRICS = ("recall", "ndcg", "hit", "precision", "mrr", "map", "coverage", "avg_popularity", "tail_share")
+
+
+def _systems(metrics: Mapping) -> list[tuple[str, str]]:
+    """(display name, key prefix) of every evaluated system, the model first."""
+    return ([("model", "")] + [(name, f"baseline/{name}/") for name in metrics.get("protocol/baselines", [])]
+            + [(name, f"{name}/") for name in metrics.get("protocol/others", [])])
+
+
+def _number(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.4f}" if abs(value) < 100 else f"{value:.1f}"
+
+
+def _with_ci(metrics: Mapping, key: str) -> str:
+    low, high = metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")
+    text = _number(metrics.get(key))
+    return f"{text} [{_number(low)}, {_number(high)}]" if low is not None else text
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _headline(metrics: Mapping, group: str) -> list[str]:
+    ks = metrics["protocol/ks"]
+    header = ["system"] + [f"{m}@{k}" for m in ("recall", "ndcg") for k in ks]
+    rows = [[name] + [_with_ci(metrics, f"{prefix}{group}{m}@{k}") for m in ("recall", "ndcg") for k in ks]
+            for name, prefix in _systems(metrics) if f"{prefix}{group}recall@{ks[0]}" in metrics]
+    return _table(header, rows)
+
+
+def render_markdown(metrics: Mapping) -> str:
+    """The Markdown report: protocol, headline table with intervals, all metrics, paired tests, cold start, counts."""
+    ks, systems = metrics["protocol/ks"], _systems(metrics)
+    lines = [f"# Evaluation of run {metrics.get('run_id', '')}".rstrip(), "",
+             f"**Protocol:** {metrics.get('protocol', 'not recorded')}. **Ranking:** {metrics['protocol/ranking']}; "
+             f"training items excluded: {'yes' if metrics['protocol/exclude_train'] else 'no'}; score: "
+             f"{metrics.get('protocol/metric', 'dot')}. Numbers are means over the {metrics['count/eval_users']} "
+             f"test users with training history; brackets: 95% bootstrap interval over users "
+             f"({metrics['protocol/bootstrap_resamples']} resamples, seed {metrics['protocol/seed']}). Test users "
+             f"without training history ({metrics['count/cold_start_users']}) are reported separately.", "",
+             "## Headline", ""] + _headline(metrics, "")
+    lines += ["", "## All metrics", ""]
+    rows = [[f"{m}@{k}"] + [_number(metrics.get(f"{prefix}{m}@{k}")) for _, prefix in systems]
+            for m in ALL_METRICS for k in ks]
+    lines += _table(["metric"] + [name for name, _ in systems], rows)
+    lines += ["", f"Tail items: outside the most popular items holding {metrics['protocol/head_share']:.0%} of "
+              f"training interactions ({metrics['count/tail_items']} of {metrics['count/items']} items).", ""]
+    paired = [[other, f"{m}@{k}", _with_ci(metrics, f"paired/{other}/{m}@{k}_diff"),
+               _number(metrics.get(f"paired/{other}/{m}@{k}_p_value"))]
+              for other, _ in systems[1:] for m in ("recall", "ndcg") for k in ks
+              if f"paired/{other}/{m}@{k}_diff" in metrics]
+    if paired:
+        lines += ["## Paired comparison (model minus other, same users)", "",
+                  "Per-user differences; 95% bootstrap interval; two-sided sign-flip permutation p-value.", ""]
+        lines += _table(["other", "metric", "difference [95% CI]", "p-value"], paired)
+        lines.append("")
+    lines += ["## Cold-start users (no training history)", ""]
+    lines += _headline(metrics, "cold_start/") if metrics["count/cold_start_users"] else ["None in the test set."]
+    if any(key.startswith("ann/") for key in metrics):
+        lines += ["", "## Approximate search (FAISS index)", ""]
+        lines += _table(["k", "recall (index)", "recall (exact)", "recall of index vs exact top-k"],
+                        [[str(k), _number(metrics.get(f"ann/recall@{k}")), _number(metrics.get(f"recall@{k}")),
+                          _number(metrics.get(f"ann/recall_vs_exact@{k}"))] for k in ks])
+    lines += ["", "## Counts", ""]
+    lines += _table(["count", "value"], [[key[len("count/"):], str(value)] for key, value in sorted(metrics.items())
+                                         if key.startswith("count/")])
+    return "\n".join(lines) + "\n"
+
+
+def plot_recall(metrics: Mapping, path: Path) -> None:
+    """recall@k against k for every system (the model with its 95% interval), written atomically as PNG."""
+    ks = metrics["protocol/ks"]
+    figure = Figure(figsize=(6, 4), dpi=120)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    for name, prefix in _systems(metrics):
+        if f"{prefix}recall@{ks[0]}" not in metrics:
+            continue
+        axes.plot(ks, [metrics[f"{prefix}recall@{k}"] for k in ks], marker="o", label=name)
+        if f"{prefix}recall@{ks[0]}_ci_low" in metrics:
+            axes.fill_between(ks, [metrics[f"{prefix}recall@{k}_ci_low"] for k in ks],
+                              [metrics[f"{prefix}recall@{k}_ci_high"] for k in ks], alpha=0.2)
+    axes.set_xlabel("k")
+    axes.set_ylabel("recall@k")
+    axes.set_title(f"recall@k, {metrics['count/eval_users']} users, full corpus", fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    with artifacts.atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")
+
+
+def write(run_dir, metrics: Mapping) -> None:
+    """Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into ``run_dir`` (``RunPaths`` names)."""
+    paths = artifacts.RunPaths(run_dir)
+    artifacts.write_json(paths.metrics, dict(metrics))
+    artifacts.write_text(paths.report, render_markdown(metrics))
+    plot_recall(metrics, paths.plot)

@@ -1,0 +1,113 @@
+"""Evaluation of a run directory: what the training pipeline and ``pipelines.evaluate`` call.
+
+:func:`evaluate_run` reads the run (see ``loading``), indexes train and test against the run's catalogue
+(``protocols.prepare``), encodes the test users from their training histories, calls ``evaluator.evaluate`` for the
+model, the baselines, an optional approximate index and an optional second run, adds the protocol and the counts,
+and writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run (atomically, ``report.write``).
+Settings not passed come from the run's ``config.json`` (``eval.ks``, ``eval.exclude_train``, ``eval.baselines``,
+``eval.bootstrap``, ``seed``), else from the defaults below.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from retrieval import artifacts
+from retrieval.errors import InputError
+from retrieval.evaluation import baselines as baselines_lib
+from retrieval.evaluation import evaluator, loading, protocols, ranking, report
+
+DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000}
+
+
+def _settings(run_dir, **given) -> dict:
+    config = loading.read_json_if_present(artifacts.RunPaths(run_dir).config)
+    configured = config.get("eval", {})
+    settings = {key: given[key] if given.get(key) is not None else configured.get(key, default)
+                for key, default in DEFAULTS.items()}
+    settings["seed"] = given["seed"] if given.get("seed") is not None else config.get("seed", 0)
+    if not settings["ks"] or min(settings["ks"]) < 1:
+        raise InputError(f"ks must be positive integers, got {settings['ks']}", field="ks")
+    unknown = sorted(set(settings["baselines"]) - set(baselines_lib.NAMES))
+    if unknown:
+        raise InputError(f"unknown baselines {unknown}; known: {list(baselines_lib.NAMES)}", field="baselines")
+    return settings
+
+
+def _masked(scorer: ranking.Scorer, unavailable: np.ndarray) -> ranking.Scorer:
+    """``scorer`` with the items it cannot recommend (absent from its catalogue) at -inf."""
+
+    def score(rows: np.ndarray) -> np.ndarray:
+        scores = scorer(rows)
+        scores[:, unavailable] = -np.inf
+        return scores
+
+    return score
+
+
+def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> ranking.Scorer:
+    """Scorer of another run on this evaluation's users and catalogue (items it lacks are never recommended)."""
+    other = loading.load_run_model(other_dir)
+    item_vectors, unavailable = other.aligned_to(data.item_ids[2:])
+    user_vectors = np.zeros((len(data.user_ids), item_vectors.shape[1]), np.float32)
+    user_vectors[rows] = other.user_vectors(data.user_ids[rows], train)
+    logging.info("comparing with run %s (%d catalogue items it lacks)", other.run_id, len(unavailable))
+    return _masked(ranking.dot_scorer(user_vectors, item_vectors), unavailable)
+
+
+def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
+                 exclude_train: Optional[bool] = None, baselines: Optional[Sequence[str]] = None,
+                 n_bootstrap: Optional[int] = None, seed: Optional[int] = None, ann_index_path: Optional[str] = None,
+                 compare_run_dir: Optional[str] = None, write: bool = True, head_share: float = 0.8,
+                 max_block_bytes: int = 256 << 20) -> dict:
+    """Evaluates the run in ``run_dir`` on its test split (or ``test_path``); returns the flat metrics.
+
+    Args:
+      run_dir: a run directory (``RunPaths`` layout) with an exported model.
+      ks: cut-offs (default: the run's ``eval.ks``, else 10, 20, 50, 100).
+      test_path: explicit test file (any format ``retrieval.data.readers`` reads) instead of ``data/test.parquet``.
+      exclude_train: remove each user's training items from her ranking (default true).
+      baselines: baseline names computed in the same run (default: all of ``baselines.NAMES``).
+      n_bootstrap: resamples for 95% intervals and paired tests (0: none).
+      seed: seed of the bootstrap and of the random baseline (default: the run's seed).
+      ann_index_path: a FAISS index over ``item_embeddings.parquet`` rows; reports its metrics and its recall
+        against exact search under ``ann/``.
+      compare_run_dir: another run, evaluated on the same users and catalogue, reported under ``compare/`` and
+        compared per user with this one under ``paired/compare/``.
+      write: write metrics.json, report.md and recall_at_k.png into the run.
+      head_share: share of training interactions in the popularity head (tail metrics).
+      max_block_bytes: memory bound of one block of scores.
+    """
+    paths = artifacts.RunPaths(run_dir)
+    settings = _settings(run_dir, ks=ks, exclude_train=exclude_train, baselines=baselines, bootstrap=n_bootstrap,
+                         seed=seed)
+    train = loading.read_interactions(paths.train_data, "training data")
+    test = loading.read_interactions(test_path or paths.test_data, "test data")
+    split, description = loading.protocol_of(run_dir, test_path)
+    model = loading.load_run_model(run_dir)
+    data = protocols.prepare(train, test, model.item_ids)
+    rows = np.flatnonzero(data.test.lengths > 0)  # only users with test items are ever scored
+    user_vectors = np.zeros((len(data.user_ids), model.item_vectors.shape[1]), np.float32)
+    user_vectors[rows] = model.user_vectors(data.user_ids[rows], train)
+    others = {"compare": _other_run(compare_run_dir, data, rows, train)} if compare_run_dir else None
+    ann_index = None
+    if ann_index_path:
+        import faiss  # only needed for this option
+
+        ann_index = faiss.read_index(str(ann_index_path))
+    result = evaluator.evaluate(
+        user_vectors, model.item_vectors, data.train, data.test, settings["ks"], popularity=data.popularity,
+        exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
+        n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index, head_share=head_share,
+        max_block_bytes=max_block_bytes)
+    result.update(data.counts)
+    result.update({"protocol": description, "protocol/split": split, "protocol/metric": model.metric,
+                   "run_id": model.run_id})
+    if compare_run_dir:
+        result["protocol/compare_run"] = str(compare_run_dir)
+    if write:
+        report.write(paths.root, result)
+    return result
