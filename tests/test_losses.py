@@ -157,6 +157,20 @@ def test_in_batch_softmax_equals_tfrs_retrieval(batch, temperature, with_ids, wi
     np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_losses_compile_with_xla(toy, batch):
+    sampled = _draw(toy, "unigram")
+    eager = _ours_sampled_softmax(toy, sampled)
+    compiled = tf.function(lambda: _ours_sampled_softmax(toy, sampled), jit_compile=True)()
+    np.testing.assert_allclose(compiled.numpy(), eager.numpy(), rtol=1e-5, atol=1e-5)
+
+    def in_batch():
+        return losses.in_batch_softmax(batch["query"], batch["candidates"], batch["log_q"], batch["ids"], 0.5,
+                                       batch["weight"], batch["extra"], batch["extra_log_q"], batch["extra_ids"])
+
+    compiled = tf.function(in_batch, jit_compile=True)()
+    np.testing.assert_allclose(compiled.numpy(), in_batch().numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_in_batch_softmax_uncorrected_and_tfrs_default_sum(batch):
     expected = _tfrs_per_example(batch, 1.0, with_ids=False, with_extra=False, with_weight=False, with_log_q=False)
     actual = losses.in_batch_softmax(batch["query"], batch["candidates"])

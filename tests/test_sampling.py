@@ -153,13 +153,13 @@ def test_estimator_hand_computed_example():
     assert int(est.step) == 4
 
 
-@pytest.mark.parametrize("num_hashes", [1, 3])
-def test_estimator_in_tf_function_equals_reference_loop(num_hashes):
-    """Vectorised in-graph update == sequential reference, with collisions (8 buckets, 30 items)."""
+@pytest.mark.parametrize("num_hashes,jit_compile", [(1, False), (3, False), (3, True)])
+def test_estimator_in_tf_function_equals_reference_loop(num_hashes, jit_compile):
+    """Vectorised in-graph update (also XLA-compiled) == sequential reference, with collisions (8 buckets)."""
     rng = np.random.default_rng(3)
     stream = rng.integers(2, 32, size=(60, 12))
     est = StreamingFrequencyEstimator(num_buckets=8, alpha=0.2, num_hashes=num_hashes)
-    step = tf.function(est.update)
+    step = tf.function(est.update, jit_compile=jit_compile)
     for ids in stream:
         step(tf.constant(ids))
     query = np.arange(2, 40)

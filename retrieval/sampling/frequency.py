@@ -97,8 +97,8 @@ class StreamingFrequencyEstimator(tf.keras.layers.Layer):
     Choices where the paper leaves room (documented because they change the numbers):
 
     * One update per bucket per step: a batch holding an item twice, or two items sharing a bucket, updates that
-      bucket once (the paper's sequential loop would add a zero gap). The estimate is then exactly "the bucket
-      appears in a batch".
+      bucket once (the paper's sequential loop would fold in a zero gap for the second one). The estimate is then
+      exactly "the bucket appears in a batch". The update has static shapes and compiles with XLA.
     * First sighting: when ``A[h] == 0`` the bucket takes ``B[h] = t`` (the steps since the start, itself a sample
       of the waiting time) instead of the moving average with an arbitrary initial ``B``, which would bias early
       estimates by a factor ``alpha``. Buckets never seen read as ``B = t + 1`` (not seen in ``t`` steps).
@@ -155,7 +155,9 @@ class StreamingFrequencyEstimator(tf.keras.layers.Layer):
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             ids = context.all_gather(tf.reshape(ids, [-1]), axis=0)
-        slots, _ = tf.unique(tf.reshape(self._slots(ids), [-1]))
+        # Duplicate slots (an item twice, or colliding items) compute the same new values from the same old state,
+        # so scattering them all is one update per bucket, with static shapes (no tf.unique).
+        slots = tf.reshape(self._slots(ids), [-1])
         step = self.step.assign_add(1)
         last = tf.gather(self.last_step, slots)
         elapsed = tf.cast(step - last, tf.float32)
