@@ -1,0 +1,308 @@
+"""The scheduled training job: raw log -> validated data -> model -> evaluation -> index -> gate -> published run.
+
+Stages (each logs what it did, counts and time, and leaves a marker in ``<run>/stages/``; see ``stages``):
+
+==========  ===========================================================================================
+prepare     read and validate the log, split, build vocabularies from the training part, write them
+train       examples, model, ``training.fit`` with checkpoints (resumes from the last one)
+export      user-tower SavedModel and item embeddings (any model type exports the same signature)
+evaluate    full-corpus evaluation with baselines: metrics.json, report.md, recall_at_k.png
+index       FAISS index of the item embeddings with its recall self-check
+gate        floors and regression against the published run (under the publish lock)
+publish     point ``latest`` at this run, prune old runs (same lock)
+==========  ===========================================================================================
+
+A rerun of a run id skips finished stages (a completed run is not redone unless ``force``); the run lock keeps two
+processes off one run directory, and the publish lock serialises gate + publish across concurrent runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import shutil
+from typing import Optional
+
+import ml_collections
+import numpy as np
+import pandas as pd
+from absl import logging
+
+import retrieval
+from retrieval import artifacts
+from retrieval.data import examples as examples_lib
+from retrieval.data import features as features_lib
+from retrieval.data import readers, splits
+from retrieval.data.vocab import Vocabulary
+from retrieval.errors import GateError, InputError
+from retrieval.pipeline import gate, provenance
+from retrieval.pipeline import warm_start as warm_start_lib
+from retrieval.pipeline.publish import ModelDirectory
+from retrieval.pipeline.stages import StageRunner
+
+MODEL_TYPES = ("two_tower", "item2vec")
+SPLITS = ("leave_last_n", "temporal", "random", "files")
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a run ended with."""
+
+    run_dir: str
+    published: bool
+    metrics: dict
+    reasons: list
+
+
+def new_run_id() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
+def _columns(data: ml_collections.ConfigDict) -> readers.ColumnNames:
+    return readers.ColumnNames(user=data.user_column, item=data.item_column, timestamp=data.timestamp_column or None)
+
+
+def _kinds(text: str, field: str) -> dict:
+    """Parses "name:kind,name:kind" feature declarations."""
+    kinds = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, kind = part.partition(":")
+        if kind not in ("categorical", "multi", "numeric"):
+            raise InputError(f"feature {part!r} must be name:categorical, name:multi or name:numeric", field=field)
+        kinds[name] = kind
+    return kinds
+
+
+def _floors(text: str) -> dict:
+    floors = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        try:
+            floors[name.strip()] = float(value)
+        except ValueError:
+            raise InputError(f"gate floor {part!r} must be metric=number", field="gate.floors") from None
+    return floors
+
+
+def _write_parquet(frame: Optional[pd.DataFrame], path) -> None:
+    if frame is None:
+        return
+    with artifacts.atomic_path(path) as tmp:
+        frame.reset_index(drop=True).to_parquet(tmp, index=False)
+
+
+class TrainingJob:
+    """One run of the pipeline for ``config`` under ``<output_dir>/<config.name>/<run_id>``."""
+
+    def __init__(self, config: ml_collections.ConfigDict, output_dir: str, run_id: Optional[str] = None,
+                 force: bool = False):
+        self.config = config
+        self.model_dir = ModelDirectory(artifacts.Path(output_dir) / config.name)
+        self.run_id = run_id or new_run_id()
+        self.paths = self.model_dir.run_paths(self.run_id)
+        self.force = force
+        self.stages = StageRunner(self.paths)
+        self._model = None
+        model_type = config.get("model_type", "two_tower")
+        if model_type not in MODEL_TYPES:
+            raise InputError(f"unknown model_type {model_type!r}; expected one of {MODEL_TYPES}", field="model_type")
+        if config.data.split not in SPLITS:
+            raise InputError(f"unknown split {config.data.split!r}; expected one of {SPLITS}", field="data.split")
+        self.model_type = model_type
+
+    # ------------------------------------------------------------------ orchestration
+    def run(self) -> Outcome:
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        with self.model_dir.run_lock(self.run_id):
+            if self.force and self.paths.stages.exists():
+                logging.info("--force: redoing every stage of %s", self.run_id)
+                shutil.rmtree(self.paths.stages)
+            self._write_snapshot()
+            self.stages.run("prepare", self._prepare)
+            self.stages.run("train", self._train)
+            self.stages.run("export", self._export)
+            self._write_manifest(None)  # evaluation and serving read the exported metric from it
+            metrics = self.stages.run("evaluate", self._evaluate)
+            self.stages.run("index", self._index)
+            with self.model_dir.publish_lock():
+                decision = self.stages.run("gate", lambda: self._gate(metrics))
+                if decision["passed"]:
+                    self.stages.run("publish", self._publish)
+            self._write_manifest(decision)
+        if not decision["passed"]:
+            raise GateError("; ".join(decision["reasons"]) + f" (run kept at {self.paths.root}, latest untouched)")
+        return Outcome(str(self.paths.root), True, metrics, [])
+
+    def _write_snapshot(self) -> None:
+        if not self.paths.config.exists() or self.force:
+            artifacts.write_json(self.paths.config, self.config.to_dict())
+        if not self.paths.manifest.exists() or self.force:
+            self._write_manifest(None)
+
+    def _write_manifest(self, decision: Optional[dict]) -> None:
+        c = self.config
+        manifest = artifacts.read_json(self.paths.manifest) if self.paths.manifest.exists() else {}
+        manifest.update({
+            "run_id": self.run_id, "version": self.run_id, "model_name": c.name, "model_type": self.model_type,
+            "seed": c.seed, "package_version": retrieval.__version__, "packages": provenance.package_versions(),
+            "git_revision": provenance.git_revision(), "stage_seconds": dict(self.stages.timings),
+            "data_fingerprint": provenance.fingerprint(
+                [c.data.train_path, c.data.test_path, c.data.validation_path, c.data.item_features_path,
+                 c.data.user_features_path]),
+            "status": "running" if decision is None else ("published" if decision["passed"] else "rejected"),
+        })
+        if decision is not None:
+            manifest["gate"] = decision
+        manifest.update(self.stages.summary("export") or {})
+        artifacts.write_json(self.paths.manifest, manifest)
+
+    # ------------------------------------------------------------------ stages
+    def _split(self) -> splits.Split:
+        d, columns = self.config.data, _columns(self.config.data)
+        if d.split == "files":
+            if not d.test_path:
+                raise InputError("split 'files' needs data.test_path", field="data.test_path")
+            return splits.from_files(d.train_path, d.test_path, d.validation_path or None, d.format, columns,
+                                     policy=d.unknown_policy)
+        log = readers.read_interactions(d.train_path, d.format, columns)
+        if d.split == "leave_last_n":
+            return splits.leave_last_n_out(log, d.holdout_n, validation_n=d.holdout_n if d.validation else 0,
+                                           policy=d.unknown_policy)
+        if d.split == "temporal":
+            return splits.temporal_cutoff(log, test_fraction=1.0 - d.temporal_quantile, policy=d.unknown_policy)
+        return splits.random_holdout(log, d.holdout_fraction, seed=self.config.seed, policy=d.unknown_policy)
+
+    def _prepare(self) -> dict:
+        split = self._split()
+        item_ids = split.train["item_id"].to_numpy()
+        previous = self.model_dir.latest() if self.config.publish.warm_start else None
+        if previous is not None and previous.item_vocab.exists():
+            item_vocab = warm_start_lib.stable_vocabulary(Vocabulary.load(previous.item_vocab), item_ids,
+                                                          self.config.data.min_item_count)
+            user_vocab = warm_start_lib.stable_vocabulary(Vocabulary.load(previous.user_vocab),
+                                                          split.train["user_id"].to_numpy())
+        else:
+            item_vocab = Vocabulary.from_ids(item_ids, min_count=self.config.data.min_item_count)
+            user_vocab = Vocabulary.from_ids(split.train["user_id"].to_numpy())
+        _write_parquet(split.train, self.paths.train_data)
+        _write_parquet(split.test, self.paths.test_data)
+        _write_parquet(split.validation, self.paths.validation_data)
+        item_vocab.save(self.paths.item_vocab)
+        user_vocab.save(self.paths.user_vocab)
+        return {"train_interactions": len(split.train), "test_interactions": len(split.test),
+                "validation_interactions": 0 if split.validation is None else len(split.validation),
+                "users": user_vocab.size - 2, "items": item_vocab.size - 2,
+                "dropped": {k: int(v) for k, v in split.dropped.items()}}
+
+    def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
+        return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
+
+    def _features(self, which: str, vocab: Vocabulary) -> Optional[dict]:
+        d = self.config.data
+        path, declared = d[f"{which}_features_path"], d[f"{which}_features"]
+        if not path:
+            return None
+        id_column = d.item_column if which == "item" else d.user_column
+        kinds = _kinds(declared, f"data.{which}_features")
+        table = readers.read_features(path, id_column, kinds=kinds or None, columns=list(kinds) or None)
+        specs = features_lib.infer_specs(table, id_column, kinds or None)
+        return features_lib.feature_arrays(table, id_column, vocab, specs)
+
+    def _indexed_train(self, item_vocab: Vocabulary, user_vocab: Vocabulary):
+        train = pd.read_parquet(self.paths.train_data)
+        timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
+        return (user_vocab.lookup(train["user_id"].to_numpy()), item_vocab.lookup(train["item_id"].to_numpy()),
+                timestamps)
+
+    def _train(self) -> dict:
+        if self.model_type == "item2vec":
+            return self._train_item2vec()
+        model, fit_result = self._fit_two_tower()
+        warm_start_lib.save_id_tables(model, self.paths)
+        return {"steps": fit_result.step, "best_metric": fit_result.best_metric,
+                "stopped_early": fit_result.stopped_early,
+                "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
+
+    def _fit_two_tower(self):
+        """Builds the model and trains it (or restores the finished training from the last checkpoint)."""
+        from retrieval import distributed, training
+        from retrieval.models import build_model
+
+        c = self.config
+        item_vocab, user_vocab = self._vocabularies()
+        users, items, timestamps = self._indexed_train(item_vocab, user_vocab)
+        cap = c.data.get("max_examples_per_user", 0) or None
+        use_age = bool(c.model.user_tower.use_example_age and timestamps is not None)
+        examples = examples_lib.next_item_examples(users, items, timestamps, max_history=c.model.max_history,
+                                                   example_age=use_age, max_examples_per_user=cap, seed=c.seed)
+        logging.info("%d next-item examples from %d interactions", len(examples["label"]), len(items))
+        strategy = distributed.make_strategy(c.train.strategy)
+        with strategy.scope():
+            model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
+                                self._features("user", user_vocab))
+        previous = self.model_dir.latest() if c.publish.warm_start else None
+        if previous is not None and not any(self.paths.checkpoints.glob("ckpt*")):
+            training._build(model, examples)  # noqa: SLF001 (variables must exist before copying rows)
+            warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
+        result = training.fit(model, examples, c.train, checkpoint_dir=self.paths.checkpoints,
+                              tensorboard_dir=self.paths.tensorboard)
+        self._model = model
+        return model, result
+
+    def _train_item2vec(self) -> dict:
+        self._model = self._item2vec_vectors()
+        return {"vectors": list(self._model.shape)}
+
+    def _item2vec_vectors(self) -> np.ndarray:
+        """Trains Item2Vec (or restores the finished training from its last checkpoint); vectors by item index."""
+        from retrieval.models import item2vec
+
+        item_vocab, user_vocab = self._vocabularies()
+        users, items, timestamps = self._indexed_train(item_vocab, user_vocab)
+        return item2vec.train_item2vec(self.config.item2vec, users, items, timestamps, item_vocab,
+                                       checkpoint_dir=self.paths.checkpoints)
+
+    def _export(self) -> dict:
+        item_vocab, user_vocab = self._vocabularies()
+        if self.model_type == "item2vec":
+            from retrieval.models import item2vec
+
+            vectors = self._model if self._model is not None else self._item2vec_vectors()
+            return item2vec.export_item2vec(vectors, item_vocab, self.paths, self.config.model.max_history)
+        from retrieval import export
+
+        model = self._model if self._model is not None else self._fit_two_tower()[0]
+        return export.export_two_tower(model, item_vocab, user_vocab, self.paths)
+
+    def _evaluate(self) -> dict:
+        from retrieval.evaluation.runs import evaluate_run
+
+        e = self.config.eval
+        metrics = evaluate_run(self.paths.root, ks=tuple(e.ks), exclude_train=e.exclude_train,
+                               baselines=tuple(e.baselines), n_bootstrap=e.bootstrap, seed=self.config.seed)
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and "/" not in k}
+
+    def _index(self) -> dict:
+        from retrieval.serving.run_index import build_run_index
+
+        i = self.config.index
+        return build_run_index(self.paths.root, factory=i.factory, recall_floor=i.recall_floor, k=i.recall_k,
+                               seed=self.config.seed)
+
+    def _gate(self, metrics: dict) -> dict:
+        g = self.config.gate
+        latest = self.model_dir.latest()
+        published = None
+        if latest is not None and latest.root != self.paths.root and latest.metrics.exists():
+            published = artifacts.read_json(latest.metrics)
+        decision = gate.check(metrics, _floors(g.floors), published, tuple(g.compare), g.max_regression)
+        if decision.passed:
+            logging.info("gate passed%s", f" against {latest.root.name}" if published else " (nothing published)")
+        else:
+            logging.error("gate refused: %s", "; ".join(decision.reasons))
+        return decision.as_dict()
+
+    def _publish(self) -> dict:
+        self.model_dir.publish(self.run_id)
+        removed = self.model_dir.retain(self.config.publish.keep_last)
+        return {"latest": self.run_id, "removed": removed}
