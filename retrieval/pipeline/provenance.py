@@ -25,10 +25,14 @@ def package_versions() -> Dict[str, str]:
 
 
 def fingerprint(paths: Iterable[Optional[str]]) -> Dict[str, str]:
-    """SHA-256 of each input file (streamed in 1 MiB chunks), keyed by path."""
+    """SHA-256 of each input file (streamed in 1 MiB chunks), keyed by path; "missing" for absent files (the reader
+    reports those as input errors)."""
     digests = {}
     for path in paths:
         if not path:
+            continue
+        if not os.path.isfile(path):
+            digests[str(path)] = "missing"
             continue
         digest = hashlib.sha256()
         with open(path, "rb") as f:

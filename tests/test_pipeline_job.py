@@ -1,0 +1,184 @@
+"""The training job end to end on tiny synthetic data: publish, resume after kill -9, gate, concurrency, warm start.
+
+Runs in-process where possible (one TensorFlow import); the crash and concurrency tests start real processes of
+``python -m pipelines.train``.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval import artifacts
+from retrieval.cli import EXIT_GATE_REFUSED
+from retrieval.data import synthetic
+from retrieval.data.vocab import Vocabulary
+from retrieval.errors import GateError, InputError
+from retrieval.pipeline.job import TrainingJob
+from retrieval.pipeline.publish import ModelDirectory
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def log_path(tmp_path_factory):
+    interactions, items, users = synthetic.generate(num_users=300, num_items=200, interactions_per_user=20,
+                                                    num_clusters=5, seed=3)
+    directory = tmp_path_factory.mktemp("log")
+    interactions.to_csv(directory / "interactions.csv", index=False)
+    items.to_csv(directory / "items.csv", index=False)
+    users.to_csv(directory / "users.csv", index=False)
+    return directory
+
+
+def tiny_overrides(log_dir: Path) -> dict:
+    """Small, fast settings (flat keys as on the command line)."""
+    return {
+        "data.train_path": str(log_dir / "interactions.csv"),
+        "model.embedding_dim": 16, "model.item_tower.id_embedding_dim": 16, "model.user_tower.hidden_units": (32,),
+        "model.max_history": 10, "train.batch_size": 256, "train.epochs": 3, "train.warmup_steps": 5,
+        "train.learning_rate": 0.01, "train.log_every_steps": 10, "train.checkpoint_every_steps": 5,
+        "eval.ks": (10, 20), "eval.bootstrap": 0, "eval.baselines": ("most_popular",), "index.recall_k": 20,
+        "gate.floors": "recall@20=0.0",
+    }
+
+
+def make_config(log_dir: Path, **extra):
+    from configs.two_tower import get_config
+
+    config = get_config()
+    for key, value in {**tiny_overrides(log_dir), **extra}.items():
+        node = config
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    return config
+
+
+def cli_args(log_dir: Path, output_dir: Path, run_id: str, **extra) -> list:
+    def render(value):
+        return f"({','.join(str(v) for v in value)},)" if isinstance(value, tuple) else str(value)
+
+    settings = {**tiny_overrides(log_dir), **extra}
+    return [sys.executable, "-m", "pipelines.train", "--config=configs/two_tower.py", f"--output_dir={output_dir}",
+            f"--run_id={run_id}"] + [f"--config.{key}={render(value)}" for key, value in settings.items()]
+
+
+def test_run_publishes_every_artifact(log_path, tmp_path):
+    job = TrainingJob(make_config(log_path), str(tmp_path), "r1")
+    outcome = job.run()
+    paths = job.paths
+    for artifact in (paths.config, paths.manifest, paths.item_vocab, paths.user_vocab, paths.train_data,
+                     paths.test_data, paths.user_tower / "saved_model.pb", paths.item_embeddings,
+                     paths.index / "index.faiss", paths.metrics, paths.report, paths.plot):
+        assert artifact.exists(), artifact
+    manifest = artifacts.read_json(paths.manifest)
+    assert manifest["status"] == "published" and manifest["model_type"] == "two_tower"
+    assert set(manifest["stage_seconds"]) >= {"prepare", "train", "export", "evaluate", "index", "gate", "publish"}
+    assert manifest["packages"]["tensorflow"].startswith("2.21")
+    assert list(manifest["data_fingerprint"].values())[0]
+    assert os.readlink(tmp_path / "two_tower" / "latest") == "r1"
+    assert outcome.metrics["recall@20"] > artifacts.read_json(paths.metrics)["baseline/most_popular/recall@20"]
+
+    # A completed run is not redone: every stage is skipped.
+    again = TrainingJob(make_config(log_path), str(tmp_path), "r1")
+    before = {p.name: p.stat().st_mtime_ns for p in paths.stages.iterdir()}
+    again.run()
+    assert {p.name: p.stat().st_mtime_ns for p in paths.stages.iterdir()} == before
+
+    # The gate blocks a model that regressed against the published one, and leaves latest alone.
+    broken = make_config(log_path, **{"train.learning_rate": 0.0, "gate.max_regression": 0.05})
+    with pytest.raises(GateError, match="regressed"):
+        TrainingJob(broken, str(tmp_path), "r2").run()
+    assert os.readlink(tmp_path / "two_tower" / "latest") == "r1"
+    assert artifacts.read_json(ModelDirectory(tmp_path / "two_tower").run_paths("r2").manifest)["status"] == \
+        "rejected"
+
+    # Warm start: ids known to the published run keep their trained embeddings at initialisation.
+    warm = make_config(log_path, **{"publish.warm_start": True, "train.epochs": 1, "train.learning_rate": 0.0,
+                                    "gate.max_regression": 1.0})
+    TrainingJob(warm, str(tmp_path), "r3").run()
+    with np.load(paths.root / "id_tables.npz") as old, \
+            np.load(tmp_path / "two_tower" / "r3" / "id_tables.npz") as new:
+        old_vocab = Vocabulary.load(paths.item_vocab)
+        new_vocab = Vocabulary.load(tmp_path / "two_tower" / "r3" / "vocab" / "items.parquet")
+        assert list(new_vocab.ids) == list(old_vocab.ids)  # same data: the vocabulary is stable
+        np.testing.assert_allclose(new["item"][2:], old["item"][2:], atol=1e-6)
+
+
+def test_bad_config_is_an_input_error(log_path, tmp_path):
+    with pytest.raises(InputError, match="data.split"):
+        TrainingJob(make_config(log_path, **{"data.split": "sideways"}), str(tmp_path))
+    with pytest.raises(InputError, match="not found|No such file|does not exist"):
+        TrainingJob(make_config(log_path, **{"data.train_path": str(tmp_path / "missing.csv")}), str(tmp_path),
+                    "x").run()
+
+
+def test_cli_reports_bad_input_in_one_line(log_path, tmp_path):
+    result = subprocess.run(cli_args(log_path, tmp_path, "bad", **{"data.user_column": "customer"}), cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "customer" in result.stderr and "Traceback" not in result.stderr
+
+
+def _wait_for_checkpoint(directory: Path, process: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if any(directory.glob("ckpt-*.index")):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint appeared in {directory} (exit {process.poll()})")
+
+
+def test_kill_during_training_then_rerun_publishes_once(log_path, tmp_path):
+    args = cli_args(log_path, tmp_path, "crash", **{"train.epochs": 30})
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_checkpoint(tmp_path / "two_tower" / "crash" / "checkpoints", process)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+    run_dir = tmp_path / "two_tower" / "crash"
+    assert not (run_dir / "stages" / "train.json").exists()
+    resumed = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr
+    assert os.readlink(tmp_path / "two_tower" / "latest") == "crash"
+    assert artifacts.read_json(run_dir / "stages" / "publish.json")["summary"]["latest"] == "crash"
+
+
+def test_concurrent_runs_leave_latest_consistent(log_path, tmp_path):
+    runs = [subprocess.Popen(cli_args(log_path, tmp_path, run_id, **{"gate.max_regression": 1.0}), cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run_id in ("a", "b")]
+    codes = [process.wait(600) for process in runs]
+    assert codes == [0, 0], [process.stderr.read()[-2000:] for process in runs]
+    latest = os.readlink(tmp_path / "two_tower" / "latest")
+    assert latest in ("a", "b")
+    assert artifacts.read_json(tmp_path / "two_tower" / latest / "manifest.json")["status"] == "published"
+    # Same run id twice at once: the second is refused (exit 4) instead of writing the same directory.
+    first = subprocess.Popen(cli_args(log_path, tmp_path, "same"), cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "two_tower" / "same" / "config.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        second = subprocess.run(cli_args(log_path, tmp_path, "same"), cwd=ROOT, capture_output=True, text=True,
+                                timeout=300)
+        assert second.returncode == 4, second.stderr[-2000:]
+    finally:
+        first.wait(600)
+    assert first.returncode == 0
+
+
+def test_gate_refusal_exit_code(log_path, tmp_path):
+    result = subprocess.run(cli_args(log_path, tmp_path, "low", **{"gate.floors": "recall@20=0.99"}), cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == EXIT_GATE_REFUSED, result.stderr[-2000:]
+    assert "below floor" in result.stderr
+    assert not (tmp_path / "two_tower" / "latest").exists()
