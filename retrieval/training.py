@@ -85,7 +85,17 @@ class FitResult:
     stopped_early: bool = False
 
 
-class ProgressLogger(tf.keras.callbacks.Callback):
+class _StepCallback(tf.keras.callbacks.Callback):
+    """Tracks the optimizer step without reading the variable after every batch (one step per batch)."""
+
+    def on_train_begin(self, logs=None):
+        self.step = int(self.model.optimizer.iterations)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+
+
+class ProgressLogger(_StepCallback):
     """Logs the step, the running loss, the learning rate and the throughput (examples/s) through absl every
     ``every_steps``, and writes them, with every numeric epoch log (``val_loss``, the validation metric), as
     TensorBoard scalars to ``log_dir`` when given. Summaries are written with ``tf.summary.write`` and the scalars
@@ -107,10 +117,12 @@ class ProgressLogger(tf.keras.callbacks.Callback):
         self._writer.flush()
 
     def on_train_begin(self, logs=None):
-        self._last_step, self._last_time = int(self.model.optimizer.iterations), time.perf_counter()
+        super().on_train_begin(logs)
+        self._last_step, self._last_time = self.step, time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations)
+        super().on_train_batch_end(batch, logs)
+        step = self.step
         if step % self.every_steps and step < self.total_steps:
             return
         now = time.perf_counter()
@@ -124,10 +136,10 @@ class ProgressLogger(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         numeric = {f"epoch_{k}": v for k, v in (logs or {}).items() if isinstance(v, (int, float, np.floating))}
-        self._write(numeric, int(self.model.optimizer.iterations))
+        self._write(numeric, self.step)
 
 
-class StopAtStep(tf.keras.callbacks.Callback):
+class StopAtStep(_StepCallback):
     """Stops at exactly ``total_steps`` optimizer steps (a resumed run's last Keras epoch would otherwise overrun)."""
 
     def __init__(self, total_steps: int):
@@ -135,7 +147,8 @@ class StopAtStep(tf.keras.callbacks.Callback):
         self.total_steps = total_steps
 
     def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations) >= self.total_steps:
+        super().on_train_batch_end(batch, logs)
+        if self.step >= self.total_steps:
             self.model.stop_training = True
 
 
@@ -153,7 +166,7 @@ class EvaluateCallback(tf.keras.callbacks.Callback):
             logging.info("epoch %d  %s %.5f", epoch + 1, self.name, logs[self.name])
 
 
-class CheckpointEvery(tf.keras.callbacks.Callback):
+class CheckpointEvery(_StepCallback):
     """Saves through ``manager`` every ``every_steps`` optimizer steps and at the end of training (always: early
     stopping may have restored other weights since the last periodic save)."""
 
@@ -162,12 +175,12 @@ class CheckpointEvery(tf.keras.callbacks.Callback):
         self.manager, self.every_steps = manager, max(int(every_steps), 1)
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations)
-        if step % self.every_steps == 0:
-            self.manager.save(checkpoint_number=step)
+        super().on_train_batch_end(batch, logs)
+        if self.step % self.every_steps == 0:
+            self.manager.save(checkpoint_number=self.step)
 
     def on_train_end(self, logs=None):
-        self.manager.save(checkpoint_number=int(self.model.optimizer.iterations))
+        self.manager.save(checkpoint_number=self.step)
 
 
 def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
