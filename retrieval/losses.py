@@ -9,10 +9,11 @@ corrected logit
     logit(q, c) = s(q, c) / temperature - log Q(c),        s(q, c) = q . c (+ bias(c))
 
 i.e. the correction is *subtracted* and applied *after* the temperature division (it is a property of the sampling,
-not of the score scale), to positives and negatives alike. This is the importance-sampling estimate of the full
-softmax of Bengio & Senecal (2008, "Adaptive Importance Sampling to Accelerate Training of a Neural Probabilistic
-Language Model", eq. 11-12) and Jean et al. (2015, section 3), as in ``tf.nn.sampled_softmax_loss`` (``subtract_log_q``)
-and TFRS ``SamplingProbablityCorrection``. ``Q(c)`` is the expected count of ``c`` among the candidates (or any
+not of the score scale), to positives and negatives alike. This is the (biased, self-normalised) importance-sampling
+estimate of the full softmax of Bengio & Senecal (2008, "Adaptive Importance Sampling to Accelerate Training of a
+Neural Probabilistic Language Model") and Jean et al. (2015, "On Using Very Large Target Vocabulary for Neural
+Machine Translation", section 3), as in ``tf.nn.sampled_softmax_loss`` (``subtract_log_q``) and TFRS
+``SamplingProbablityCorrection``. ``Q(c)`` is the expected count of ``c`` among the candidates (or any
 positive multiple of it: a factor common to all candidates adds the same constant to every logit and cancels in the
 softmax).
 

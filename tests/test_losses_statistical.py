@@ -119,27 +119,33 @@ def test_mixture_correction_is_unbiased_for_mixed_negatives(toy):
     num_extra, batches = 64, 300
     items, query = toy["items"].numpy(), toy["query"].numpy()
     popularity = toy["counts"] / toy["counts"].sum()
-    z = np.exp(query @ items[2:].T).sum(1)
-    batch_log_q = np.log(BATCH) + static_log_q(toy["counts"])
+    z = np.exp(query @ items[2:].T).sum(1).astype(np.float32)
+    batch_log_q = (np.log(BATCH) + static_log_q(toy["counts"])).astype(np.float32)
     sampler = CandidateSampler("uniform", num_extra, V, unique=False, seed=3)
-    ratios = {"in_batch": [], "per_mechanism": [], "mixture": []}
-    for _ in range(batches):
-        positives = rng.choice(V, size=BATCH, p=popularity)
-        extra_ids, extra_log_q, extra_log_q_of_positives = sampler.sample(tf.constant(positives))
-        extra_ids = extra_ids.numpy()
-        candidates, extras = items[positives], items[extra_ids]
-        diagonal = (query * candidates).sum(1)
+    items_t, query_t, batch_log_q_t = tf.constant(items), tf.constant(query), tf.constant(batch_log_q)
+
+    @tf.function
+    def zhat_over_z(positives):
+        extra_ids, extra_log_q, extra_log_q_of_positives = sampler.sample(positives)
+        candidates, extras = tf.gather(items_t, positives), tf.gather(items_t, extra_ids)
+        diagonal = tf.reduce_sum(query_t * candidates, 1)
+        log_q = tf.gather(batch_log_q_t, positives)
         variants = {
-            "in_batch": (batch_log_q[positives], None),
-            "per_mechanism": (batch_log_q[positives], extra_log_q),
-            "mixture": (mixture_log_q(batch_log_q[positives], extra_log_q_of_positives),
-                        mixture_log_q(batch_log_q[extra_ids], extra_log_q)),
+            "in_batch": (log_q, None),
+            "per_mechanism": (log_q, extra_log_q),
+            "mixture": (mixture_log_q(log_q, extra_log_q_of_positives),
+                        mixture_log_q(tf.gather(batch_log_q_t, extra_ids), extra_log_q)),
         }
-        for name, (log_q, log_q_extra) in variants.items():
-            loss = losses.in_batch_softmax(query, candidates, log_q=log_q,
-                                           extra_negatives=None if log_q_extra is None else extras,
-                                           extra_log_q=log_q_extra)
-            ratios[name].append(np.exp(loss.numpy() + diagonal - np.asarray(log_q)) / z)
+        ratios = {}
+        for name, (column_log_q, extra_column_log_q) in variants.items():
+            loss = losses.in_batch_softmax(query_t, candidates, log_q=column_log_q,
+                                           extra_negatives=None if extra_column_log_q is None else extras,
+                                           extra_log_q=extra_column_log_q)
+            ratios[name] = tf.exp(loss + diagonal - column_log_q) / z
+        return ratios
+
+    draws = [zhat_over_z(tf.constant(rng.choice(V, size=BATCH, p=popularity))) for _ in range(batches)]
+    ratios = {name: np.stack([d[name].numpy() for d in draws]) for name in draws[0]}
     mean = {name: np.mean(r) for name, r in ratios.items()}
     spread = {name: np.std(r, axis=0).mean() for name, r in ratios.items()}
     logging.info("E[Zhat/Z] %s, per-draw std %s", mean, spread)
