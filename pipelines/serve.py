@@ -1,0 +1,49 @@
+"""Serves candidates over HTTP from a published run, following ``latest`` (hot reload).
+
+    python -m pipelines.serve --run_dir=artifacts/two_tower --port=8000
+
+Endpoints: ``POST /v1/candidates``, ``POST /v1/similar``, ``GET /v1/model``, ``GET /healthz``, OpenAPI at
+``/docs`` and ``/openapi.json``. Binds 127.0.0.1 unless ``--host`` says otherwise.
+"""
+
+from typing import Sequence
+
+import uvicorn
+from absl import flags, logging
+
+import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
+from retrieval import cli
+from retrieval.errors import InputError
+from retrieval.serving.app import Limits, create_app
+from retrieval.serving.reload import GeneratorHolder
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("run_dir", None, "A run directory, or a model directory whose 'latest' link names the published "
+                                     "run (watched: the server swaps to a newly published run without downtime).")
+flags.DEFINE_string("host", "127.0.0.1", "Interface to bind (0.0.0.0 exposes the server to the network).")
+flags.DEFINE_integer("port", 8000, "TCP port (0 picks a free one).")
+flags.DEFINE_float("reload_interval_s", 5.0, "Seconds between checks of 'latest' for a new run (0 disables reload).")
+flags.DEFINE_integer("max_k", Limits.max_k, "Largest k a request may ask for.")
+flags.DEFINE_integer("max_history", Limits.max_history, "Longest history (item ids) a request may send.")
+flags.DEFINE_integer("max_body_bytes", Limits.max_body_bytes, "Largest request body in bytes (413 beyond).")
+flags.DEFINE_enum("log_level", "info", ["critical", "error", "warning", "info", "debug"], "uvicorn log level.")
+flags.mark_flag_as_required("run_dir")
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    holder = GeneratorHolder(FLAGS.run_dir)
+    holder.start(FLAGS.reload_interval_s)
+    limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
+                    max_body_bytes=FLAGS.max_body_bytes)
+    logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version, FLAGS.host,
+                 FLAGS.port)
+    try:
+        uvicorn.run(create_app(holder, limits), host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level)
+    finally:
+        holder.stop()
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,134 @@
+"""Which FAISS index to build and how: metrics, the ``auto`` choice by catalogue size, seeded training, id mapping.
+
+Index descriptions are FAISS index-factory strings (Johnson et al. 2019, "Billion-scale similarity search with GPUs";
+https://github.com/facebookresearch/faiss/wiki/The-index-factory): ``Flat`` (exact), ``IVF<n>,Flat`` (inverted file
+of n k-means lists, exact distances inside the probed lists), ``HNSW<M>`` (graph with M links per node, Malkov &
+Yashunin 2018), ``IVF<n>,PQ<m>`` (product quantization in m sub-spaces, Jegou et al. 2011; add ``,RFlat`` to
+re-rank the shortlist with exact distances). Metrics: ``ip`` (inner product; ``dot`` is an alias), ``l2``
+(squared Euclidean) and ``cosine`` (inner product of L2-normalised vectors: items are normalised here once, queries
+at search time).
+
+``auto`` thresholds, by catalogue size N (measured by ``benchmarks/bench_index.py`` on 64-d vectors, 2 cores):
+
+* N < 50,000: ``Flat``. Exact search costs about N * d flops per query (under 1 ms at 50k x 64), so an approximate
+  index buys nothing and its recall would only be lost.
+* 50,000 <= N < 5,000,000: ``IVF<n>,Flat`` with n = the power of two nearest 4 * sqrt(N) (4096 at 1M). Exact
+  distances inside the probed lists, cheap to build (k-means on a sample), memory = the raw vectors; nprobe is tuned
+  to the recall floor.
+* N >= 5,000,000: ``IVF<n>,PQ<d/2>,RFlat``: 4-bit-per-dimension codes scanned fast, shortlist re-ranked exactly.
+"""
+
+from __future__ import annotations
+
+import re
+
+import faiss
+import numpy as np
+from absl import logging
+
+from retrieval.errors import InputError
+
+METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "cosine": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
+_METRIC_ALIASES = {"dot": "ip", "inner_product": "ip"}
+EXACT_BELOW = 50_000
+IVF_FLAT_BELOW = 5_000_000
+TRAIN_POINTS_PER_CENTROID = 40  # FAISS warns below 39 points per k-means centroid
+MIN_TRAINING_SIZE = 10_000
+
+
+def canonical_metric(metric: str) -> str:
+    """``ip``, ``l2`` or ``cosine`` (``dot`` and ``inner_product`` mean ``ip``)."""
+    name = _METRIC_ALIASES.get(str(metric).lower(), str(metric).lower())
+    if name not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; expected one of ip (dot), l2, cosine", field="metric")
+    return name
+
+
+def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
+    """float32, C-contiguous, 2-D; rows scaled to unit L2 norm for ``cosine`` (zero rows stay zero)."""
+    vectors = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
+    if vectors.ndim == 1:
+        vectors = vectors[None, :]
+    if vectors.ndim != 2:
+        raise InputError(f"vectors must be 2-D [N, d], got shape {vectors.shape}")
+    if not np.isfinite(vectors).all():
+        raise InputError("vectors contain NaN or infinite values")
+    if canonical_metric(metric) == "cosine":
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = np.ascontiguousarray(vectors / np.maximum(norms, np.finfo(np.float32).tiny))
+    return vectors
+
+
+def ivf_lists(count: int) -> int:
+    """Number of IVF lists for ``count`` items: the power of two nearest 4 * sqrt(count), at least 1, and no more
+    than the items allow (TRAIN_POINTS_PER_CENTROID each)."""
+    target = 4.0 * np.sqrt(max(count, 1))
+    lists = 2 ** int(np.round(np.log2(target)))
+    return int(max(1, min(lists, count // TRAIN_POINTS_PER_CENTROID)))
+
+
+def auto_factory(count: int, dimension: int) -> str:
+    """The factory string ``auto`` resolves to (thresholds in the module docstring)."""
+    if count < EXACT_BELOW:
+        return "Flat"
+    if count < IVF_FLAT_BELOW:
+        return f"IVF{ivf_lists(count)},Flat"
+    subspaces = dimension // 2 if dimension % 2 == 0 else dimension
+    return f"IVF{ivf_lists(count)},PQ{subspaces}x4fs,RFlat"
+
+
+def resolve_factory(factory: str, count: int, dimension: int) -> str:
+    """``auto`` -> the size-based choice; anything else is passed to FAISS as given."""
+    factory = str(factory).strip()
+    if factory.lower() == "auto":
+        return auto_factory(count, dimension)
+    if not factory:
+        raise InputError("empty index factory string", field="factory")
+    return factory
+
+
+def codebook_size(factory: str) -> int:
+    """The largest k-means codebook ``factory`` trains: IVF lists, or 2**bits centroids per PQ sub-space."""
+    sizes = [int(n) for n in re.findall(r"IVF(\d+)", factory)]
+    sizes += [2 ** int(bits or 8) for bits in re.findall(r"PQ\d+(?:x(\d+))?", factory)]
+    return max(sizes, default=0)
+
+
+def training_size(factory: str, count: int) -> int:
+    """How many vectors to train on: TRAIN_POINTS_PER_CENTROID per centroid of the largest codebook (at least
+    MIN_TRAINING_SIZE, for scalar quantizers and rotations), at most the whole catalogue."""
+    return int(min(count, max(TRAIN_POINTS_PER_CENTROID * codebook_size(factory), MIN_TRAINING_SIZE)))
+
+
+def _seed_clustering(index: faiss.Index, seed: int) -> None:
+    """Seeds every k-means run inside ``index`` (IVF coarse quantizer, PQ codebooks) so builds are reproducible."""
+    try:
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:  # no inverted file (Flat, HNSW)
+        return
+    ivf.cp.seed = seed
+    if hasattr(ivf, "pq"):
+        ivf.pq.cp.seed = seed
+
+
+def create_index(vectors: np.ndarray, ids: np.ndarray, factory: str, metric: str, seed: int = 0,
+                 train_size: int | None = None) -> faiss.IndexIDMap2:
+    """Builds ``factory`` over prepared ``vectors`` (see ``prepare_vectors``), trained on a seeded sample of
+    ``train_size`` rows (default ``training_size``), and returns it wrapped in an ``IndexIDMap2`` holding ``ids``."""
+    count, dimension = vectors.shape
+    try:
+        inner = faiss.index_factory(dimension, factory, METRICS[canonical_metric(metric)])
+    except RuntimeError as e:
+        raise InputError(f"FAISS cannot build index {factory!r}: {str(e).splitlines()[-1]}", field="factory") from None
+    if not inner.is_trained:
+        size = training_size(factory, count) if train_size is None else int(min(train_size, count))
+        if size < codebook_size(factory):
+            raise InputError(f"index {factory!r} needs at least {codebook_size(factory)} training vectors, got {size} "
+                             f"(catalogue of {count}); use fewer IVF lists or Flat", field="factory")
+        sample = np.sort(np.random.default_rng(seed).choice(count, size=size, replace=False))
+        _seed_clustering(inner, seed)
+        logging.info("training %s on %d of %d vectors (seed %d)", factory, size, count, seed)
+        inner.train(vectors[sample])
+    index = faiss.IndexIDMap2(inner)
+    index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+    return index

@@ -1,0 +1,197 @@
+"""Self-check of an approximate index: recall@k against exact search, and search parameters tuned to a floor.
+
+recall@k = |approximate top-k  with exact score >= the k-th exact score| / k, averaged over queries: the
+ann-benchmarks definition (Aumueller et al. 2020), which counts a tie at the k-th place as a hit instead of
+depending on how two exact searches break it. Approximate results are re-scored exactly, so a quantized index
+gets no credit for its own distance errors.
+
+Tuning (``tune``): the knob of the index (``nprobe`` for IVF, ``efSearch`` for HNSW) takes values from FAISS's own
+``ParameterSpace`` grid (powers of two), extended to the exhaustive setting (nprobe = nlist) or a large efSearch;
+the first grid value reaching the target is refined by bisection on integers between it and the previous value.
+That assumes recall does not decrease as the knob grows: exact for IVF-Flat (more lists probed = a superset of
+candidates, exact distances), true in practice for HNSW and IVF-PQ. Refined indexes (``...,RFlat``) also have
+``k_factor_rf`` (re-rank k * k_factor PQ candidates exactly): each factor 1, 2, 4, ... gets its smallest nprobe,
+the search stops when a larger factor no longer lowers nprobe, and the fastest of those settings (timed on the
+tuning queries) wins. Parameters are always set with ``faiss.ParameterSpace().set_index_parameter``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import faiss
+import numpy as np
+
+from retrieval.errors import GateError
+from retrieval.index.factory import METRICS
+
+EF_SEARCH_MAX = 8192
+K_FACTOR_MAX = 64
+RELATIVE_TIE_TOLERANCE = 1e-4
+
+
+class IndexQualityError(GateError):
+    """The index stays below the recall floor even at its most thorough search parameters.
+
+    Not a user input mistake (the data and configuration are valid; this index type cannot reach the quality asked
+    for), so it is a quality-gate refusal: ``retrieval.cli.run`` exits with code 3 and nothing is written.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfCheck:
+    """Outcome of the build-time self-check, stored in the index manifest."""
+
+    k: int
+    floor: float
+    recall: float  # on the check queries, held out from tuning
+    tuning_recall: float  # on the tuning queries, at the chosen parameters
+    num_queries: int
+    num_tuning_queries: int
+    query_source: str  # "users" (real user embeddings) or "items" (a sample of item vectors)
+    search_params: dict
+    settings_tried: int
+
+    @property
+    def passed(self) -> bool:
+        return self.recall >= self.floor
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "passed": self.passed}
+
+
+class RecallProbe:
+    """recall@k of an index for fixed queries; the exact k-th scores are computed once (``faiss.knn``)."""
+
+    def __init__(self, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int, metric: str):
+        self.vectors, self.queries, self.k, self.metric = vectors, queries, int(k), metric
+        distances, _ = faiss.knn(queries, vectors, self.k, metric=METRICS[metric])
+        self.kth = self._higher_is_better(distances[:, -1])
+        self.row_of = np.full(int(ids.max()) + 2, -1, dtype=np.int64)  # last entry answers FAISS's -1
+        self.row_of[ids] = np.arange(len(ids))
+
+    def _higher_is_better(self, scores: np.ndarray) -> np.ndarray:
+        return -scores if self.metric == "l2" else scores
+
+    def __call__(self, index: faiss.Index) -> float:
+        _, found = index.search(self.queries, self.k)
+        rows = self.row_of[found]
+        candidates = self.vectors[np.maximum(rows, 0)]  # [Q, k, d]
+        if self.metric == "l2":
+            exact = -np.square(candidates - self.queries[:, None, :]).sum(-1)
+        else:
+            exact = np.einsum("qkd,qd->qk", candidates, self.queries)
+        tolerance = RELATIVE_TIE_TOLERANCE * np.maximum(1.0, np.abs(self.kth))
+        hits = (rows >= 0) & (exact >= (self.kth - tolerance)[:, None])
+        return float(hits.sum() / hits.size)
+
+
+def _knob(index: faiss.Index) -> tuple[str | None, bool]:
+    """(the primary search knob of ``index`` or None, whether it has a refine stage), from its ParameterSpace."""
+    space = faiss.ParameterSpace()
+    space.initialize(faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else index)
+    names = {space.parameter_ranges.at(i).name for i in range(space.parameter_ranges.size())}
+    primary = next((name for name in ("nprobe", "efSearch") if name in names), None)
+    return primary, "k_factor_rf" in names
+
+
+def _grid(knob: str, index: faiss.Index, k: int) -> list[int]:
+    """Powers of two from 1 (nprobe) or k (efSearch, HNSW never keeps fewer than k) to the exhaustive setting."""
+    if knob == "nprobe":
+        top = int(faiss.extract_index_ivf(index).nlist)
+        start = 1
+    else:
+        top = min(EF_SEARCH_MAX, max(k, 2 ** int(np.ceil(np.log2(max(index.ntotal, 2))))))
+        start = 2 ** int(np.ceil(np.log2(k)))
+    values = [v for v in (2 ** i for i in range(64)) if start <= v < top]
+    return values + [top]
+
+
+def apply_search_params(index: faiss.Index, params: dict) -> None:
+    """Sets ``params`` (e.g. ``{"nprobe": 12}``) on ``index`` through FAISS's ParameterSpace (IDMap-aware)."""
+    space = faiss.ParameterSpace()
+    for name, value in params.items():
+        space.set_index_parameter(index, name, float(value))
+
+
+def _smallest_passing(measure: Callable[[int], float], grid: list[int], target: float) -> tuple[int, float, int]:
+    """(smallest value reaching ``target`` or the last grid value, its recall, evaluations) by grid + bisection."""
+    evaluations, previous = 0, None
+    for value in grid:
+        recall = measure(value)
+        evaluations += 1
+        if recall >= target:
+            break
+        previous = value
+    else:
+        return grid[-1], recall, evaluations
+    low, high, best = previous, value, recall
+    while low is not None and high - low > 1:
+        middle = (low + high) // 2
+        recall = measure(middle)
+        evaluations += 1
+        if recall >= target:
+            high, best = middle, recall
+        else:
+            low = middle
+    return high, best, evaluations
+
+
+def tune(index: faiss.Index, probe: RecallProbe, target: float) -> tuple[dict, float, int]:
+    """Cheapest search parameters reaching recall ``target`` on ``probe``'s queries (see the module docstring);
+    returns (params, recall, settings tried) and leaves ``index`` set to those params. Flat: ({}, recall, 1)."""
+    knob, refine = _knob(index)
+    if knob is None:
+        return {}, probe(index), 1
+
+    def measure_with(fixed: dict) -> Callable[[int], float]:
+        def measure(value: int) -> float:
+            apply_search_params(index, {**fixed, knob: value})
+            return probe(index)
+        return measure
+
+    grid = _grid(knob, index, probe.k)
+    if not refine:
+        value, recall, tried = _smallest_passing(measure_with({}), grid, target)
+        apply_search_params(index, {knob: value})
+        return {knob: value}, recall, tried
+    settings, tried, factor = [], 0, 1
+    while factor <= K_FACTOR_MAX:
+        value, recall, evaluations = _smallest_passing(measure_with({"k_factor_rf": factor}), grid, target)
+        tried += evaluations
+        if recall >= target:
+            if settings and value >= settings[-1][0][knob]:
+                break
+            apply_search_params(index, {"k_factor_rf": factor, knob: value})
+            start = time.perf_counter()
+            index.search(probe.queries, probe.k)
+            settings.append(({"k_factor_rf": factor, knob: value}, recall, time.perf_counter() - start))
+        factor *= 2
+    if not settings:
+        params = {"k_factor_rf": K_FACTOR_MAX, knob: grid[-1]}
+        apply_search_params(index, params)
+        return params, recall, tried
+    params, recall, _ = min(settings, key=lambda setting: setting[2])
+    apply_search_params(index, params)
+    return params, recall, tried
+
+
+def self_check(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, query_source: str,
+               metric: str, k: int, floor: float, margin: float, search_params: dict | None) -> SelfCheck:
+    """Tunes ``index`` on the first half of ``queries`` to ``floor + margin`` (unless ``search_params`` are given,
+    which are applied as they are) and measures recall@k on the other half. Raises nothing: the caller decides."""
+    k = int(min(k, len(vectors)))
+    half = max(1, len(queries) // 2)
+    tuning = RecallProbe(vectors, ids, queries[:half], k, metric)
+    check = RecallProbe(vectors, ids, queries[half:] if len(queries) > 1 else queries, k, metric)
+    if search_params is None:
+        params, tuning_recall, tried = tune(index, tuning, min(1.0, floor + margin))
+    else:
+        params = {name: float(value) for name, value in search_params.items()}
+        apply_search_params(index, params)
+        tuning_recall, tried = tuning(index), 1
+    return SelfCheck(k=k, floor=float(floor), recall=check(index), tuning_recall=tuning_recall,
+                     num_queries=len(check.queries), num_tuning_queries=len(tuning.queries),
+                     query_source=query_source, search_params=params, settings_tried=tried)

@@ -1,0 +1,165 @@
+"""The HTTP JSON API (FastAPI): candidates, similar items, model info, health; OpenAPI schema at ``/openapi.json``.
+
+Every client mistake gets a 4xx with a message, never a 500: bodies above ``Limits.max_body_bytes`` -> 413 (checked
+before parsing, also for chunked bodies); malformed JSON -> 400; wrong types, unknown fields, k out of range, lists
+too long -> 422 (strict pydantic models: "5" is not an int, 5 is not an id); an unknown item for ``/v1/similar`` ->
+404. Each request reads ``holder.current`` once, so a hot reload never changes the run under a request.
+"""
+
+import dataclasses
+from typing import Annotated, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+import retrieval
+from retrieval.errors import InputError
+from retrieval.serving.generator import Candidates, UnknownItemError
+from retrieval.serving.reload import GeneratorHolder
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Request limits (all enforced with a 4xx)."""
+
+    max_k: int = 1000
+    max_history: int = 1000
+    max_exclude: int = 1000
+    max_id_length: int = 256
+    max_body_bytes: int = 256 * 1024
+
+
+class ScoredItem(BaseModel):
+    item_id: str
+    score: float
+
+
+class CandidatesResponse(BaseModel):
+    items: list[ScoredItem] = Field(description="best first; scores are higher-is-better (counts under fallback)")
+    fallback: bool = Field(description="true when no history was usable and popular items were returned")
+    history_source: str = Field(description="request, stored (training history of user_id) or none")
+    history_used: int = Field(description="known history items in effect (also excluded from the candidates)")
+    unknown_history: list[str] = Field(description="request history ids not in the catalogue (ignored)")
+    unknown_history_count: int
+    model_version: str
+    run_id: str
+
+
+class SimilarResponse(BaseModel):
+    item_id: str
+    items: list[ScoredItem]
+    model_version: str
+    run_id: str
+
+
+def _request_models(limits: Limits) -> tuple[type, type]:
+    """Strict request models with the configured limits (so the OpenAPI schema shows them)."""
+    ItemId = Annotated[StrictStr, Field(max_length=limits.max_id_length)]  # noqa: N806 (a type alias)
+    K = Annotated[StrictInt, Field(ge=1, le=limits.max_k, description="number of items wanted")]  # noqa: N806
+
+    class CandidatesRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        user_id: Optional[ItemId] = Field(None, description="a user id; its training history is used if no "
+                                                            "known history is given")
+        history: Optional[list[ItemId]] = Field(None, max_length=limits.max_history,
+                                                description="item ids, most recent first")
+        k: K = 10
+        exclude: list[ItemId] = Field(default_factory=list, max_length=limits.max_exclude,
+                                      description="item ids never to return")
+
+    class SimilarRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        item_id: ItemId
+        k: K = 10
+
+    return CandidatesRequest, SimilarRequest
+
+
+class BodySizeLimit:
+    """ASGI middleware: reads the request body up to ``max_bytes`` (413 beyond it), then replays it to the app."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            return await self._reject(scope, receive, send)
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_bytes:
+                return await self._reject(scope, receive, send)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, scope, receive, send) -> None:
+        response = JSONResponse({"error": f"request body larger than {self.max_bytes} bytes"}, status_code=413)
+        await response(scope, receive, send)
+
+
+def _items(result: Candidates) -> list[dict]:
+    return [{"item_id": i, "score": s} for i, s in zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)]
+
+
+def create_app(holder: GeneratorHolder, limits: Limits = Limits()) -> FastAPI:
+    """The FastAPI application serving ``holder.current``."""
+    app = FastAPI(title="retrieval candidates", version=retrieval.__version__,
+                  description="Candidate generation from a published two-tower or Item2Vec run (FAISS index).")
+    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
+    candidates_request, similar_request = _request_models(limits)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+                  for e in exc.errors()]
+        malformed = any(e["type"] == "json_invalid" for e in errors)
+        return JSONResponse({"error": "malformed JSON" if malformed else "invalid request", "detail": errors},
+                            status_code=400 if malformed else 422)
+
+    @app.exception_handler(InputError)
+    async def input_error(request: Request, exc: InputError) -> JSONResponse:
+        status = 404 if isinstance(exc, UnknownItemError) else 400
+        return JSONResponse({"error": str(exc)}, status_code=status)
+
+    @app.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok", "model_version": holder.current.version}
+
+    @app.get("/v1/model")
+    def model() -> dict:
+        return {**holder.current.info(), "source": str(holder.source), "reloads": holder.reloads}
+
+    @app.post("/v1/candidates", response_model=CandidatesResponse)
+    def candidates(body: candidates_request) -> dict:
+        generator = holder.current  # read once: a reload never changes the run under this request
+        result = generator.recommend(body.user_id, body.history, body.k, body.exclude)
+        return {"items": _items(result), "fallback": result.fallback, "history_source": result.history_source,
+                "history_used": result.history_used, "unknown_history": list(result.unknown_history),
+                "unknown_history_count": len(result.unknown_history), "model_version": generator.version,
+                "run_id": generator.run_id}
+
+    @app.post("/v1/similar", response_model=SimilarResponse)
+    def similar(body: similar_request) -> dict:
+        generator = holder.current
+        result = generator.similar(body.item_id, body.k)
+        return {"item_id": body.item_id, "items": _items(result), "model_version": generator.version,
+                "run_id": generator.run_id}
+
+    return app

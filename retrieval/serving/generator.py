@@ -1,0 +1,178 @@
+"""``CandidateGenerator``: candidates for a user (or a history) from a published run, and similar items.
+
+Which history feeds the user tower: the request's history (most recent first) when any of its ids is known, else the
+user's stored training history, else none. Unknown ids in the request history are ignored and reported. Without any
+history an unknown user gets the most popular training items (``fallback=True``). The history in effect and the
+request's ``exclude`` ids are never recommended: the index is asked for k + |excluded| neighbours and the excluded
+ones are filtered out (vectorized), so k survive whenever the index finds enough.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from retrieval.artifacts import PathLike, RunPaths, read_json
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
+from retrieval.errors import InputError
+from retrieval.export import load_user_encoder, read_item_embeddings
+from retrieval.index import ItemIndex
+from retrieval.serving.histories import UserHistories
+from retrieval.serving.run_index import build_run_index
+
+
+class UnknownItemError(InputError):
+    """The item asked about is not in the run's catalogue (HTTP 404)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidates:
+    """One answer: original ids and scores (higher is better; training counts under the popularity fallback)."""
+
+    item_ids: np.ndarray
+    scores: np.ndarray
+    fallback: bool = False
+    history_source: str = "none"  # "request", "stored" or "none"
+    history_used: int = 0  # known history items in effect
+    unknown_history: tuple = ()  # request history ids not in the catalogue (ignored)
+
+
+def resolve_run_dir(path: PathLike) -> Path:
+    """A run directory, or a model directory whose ``latest`` link names one, resolved to the real run directory."""
+    path = Path(path)
+    if (path / "latest").exists():
+        path = path / "latest"
+    real = Path(os.path.realpath(path))
+    if not RunPaths(real).manifest.is_file():
+        raise InputError("not a run directory (no manifest.json) nor a model directory with 'latest'", path=str(path))
+    return real
+
+
+class CandidateGenerator:
+    """Answers ``recommend``/``recommend_batch``/``similar`` for one loaded run (immutable once built)."""
+
+    def __init__(self, encoder, index: ItemIndex, histories: UserHistories, item_vectors: np.ndarray, manifest: dict,
+                 run_dir: Optional[Path] = None):
+        self.encoder, self.index, self.histories, self.manifest = encoder, index, histories, manifest
+        self.item_vectors, self.run_dir = item_vectors, run_dir
+        self.max_history = int(manifest.get("max_history") or 0) or None
+        self.loaded_at = time.time()
+        indices = index.id_map.indices
+        self._key_base = int(indices.max()) + 1  # (row, item) pairs become row * _key_base + item
+        counts = histories.item_counts(self._key_base)[indices]
+        order = np.lexsort((indices, -counts))
+        self._popular, self._popular_counts = indices[order], counts[order].astype(np.float32)
+
+    @classmethod
+    def from_run(cls, run_dir: PathLike) -> CandidateGenerator:
+        """Loads a run (or the ``latest`` run of a model directory): user tower, ``index/`` (built in memory, with a
+        warning, when the run has none), item embeddings, vocabulary, ``data/train.parquet``, ``manifest.json``."""
+        paths = RunPaths(resolve_run_dir(run_dir))
+        manifest = read_json(paths.manifest)
+        encoder = load_user_encoder(paths.user_tower)
+        item_ids, vectors = read_item_embeddings(paths.item_embeddings)
+        if paths.index.is_dir():
+            index = ItemIndex.load(paths.index)
+        else:
+            logging.warning("run %s has no index/; building one in memory", paths.root)
+            index = build_run_index(paths, save=False, encoder=encoder)
+        if not np.array_equal(index.id_map.item_ids, item_ids.astype(str)) or not np.array_equal(
+                index.id_map.indices, np.arange(len(item_ids)) + NUM_RESERVED):
+            raise InputError("index/ids.parquet does not match item_embeddings.parquet; rebuild the index",
+                             path=str(paths.index))
+        if paths.item_vocab.is_file() and not np.array_equal(
+                Vocabulary.load(paths.item_vocab).ids[NUM_RESERVED:].astype(str), item_ids.astype(str)):
+            raise InputError("vocab/items.parquet does not match item_embeddings.parquet", path=str(paths.item_vocab))
+        histories = UserHistories.from_parquet(paths.train_data, index.id_map)
+        logging.info("loaded run %s (version %s): %d items, %d users", paths.root, manifest.get("version"),
+                     len(index), len(histories))
+        return cls(encoder, index, histories, vectors, manifest, paths.root)
+
+    version = property(lambda self: str(self.manifest.get("version")))
+    run_id = property(lambda self: str(self.manifest.get("run_id")))
+
+    def info(self) -> dict:
+        """What ``GET /v1/model`` reports."""
+        check = self.index.manifest.get("self_check", {})
+        return {"version": self.version, "run_id": self.run_id, "model_type": self.manifest.get("model_type"),
+                "metric": self.index.metric, "run_dir": str(self.run_dir), "items": len(self.index),
+                "users": len(self.histories), "dimension": self.index.dimension, "max_history": self.max_history,
+                "index": {"factory": self.index.factory, "search_params": self.index.search_params,
+                          "recall": check.get("recall"), "recall_k": check.get("k")},
+                "loaded_at": self.loaded_at}
+
+    def recommend(self, user_id: Optional[str] = None, history: Optional[Sequence[str]] = None, k: int = 10,
+                  exclude: Optional[Sequence[str]] = None, exclude_history: bool = True) -> Candidates:
+        """Top-``k`` candidates for one user id and/or history (see the module docstring)."""
+        return self.recommend_batch([user_id], [history], k, [exclude], exclude_history)[0]
+
+    def recommend_batch(self, user_ids: Sequence[Optional[str]], histories: Optional[Sequence] = None, k: int = 10,
+                        excludes: Optional[Sequence] = None, exclude_history: bool = True) -> list[Candidates]:
+        """``recommend`` for many requests with one encoder call and one index search."""
+        count = len(user_ids)
+        histories = [None] * count if histories is None else list(histories)
+        excludes = [None] * count if excludes is None else list(excludes)
+        if not (len(histories) == len(excludes) == count):
+            raise InputError(f"{count} user ids, {len(histories)} histories and {len(excludes)} exclude lists")
+        if k <= 0:
+            raise InputError(f"k must be positive, got {k}", field="k")
+        requested = self._split_lookup(histories)
+        rows = self.histories.rows_of(user_ids)
+        used, sources, unknown = [], [], []
+        for i, (given, found) in enumerate(zip(histories, requested, strict=True)):
+            known = found[found >= 0]
+            stored = self.histories.history(rows[i])
+            source = "request" if len(known) else ("stored" if len(stored) else "none")
+            used.append(known if len(known) else stored)
+            sources.append(source)
+            unknown.append(tuple(str(item) for item in np.asarray(given or [], dtype=object)[found < 0]))
+        banned = [np.concatenate([h if exclude_history else h[:0], e[e >= 0]])
+                  for h, e in zip(used, self._split_lookup(excludes), strict=True)]
+        width = k + max((len(b) for b in banned), default=0)
+        encoded = np.flatnonzero([len(h) > 0 for h in used])
+        indices = np.tile(self._popular[:width], (count, 1))
+        scores = np.tile(self._popular_counts[:width], (count, 1))
+        if len(encoded):
+            neighbours = self._search_users([user_ids[i] for i in encoded], [used[i] for i in encoded], width)
+            indices[encoded], scores[encoded] = neighbours.indices, neighbours.scores  # both min(width, N) wide
+        kept = self._first_k(indices, scores, banned, k)
+        return [Candidates(self.index.id_map.ids_of(i), s, fallback=sources[r] == "none", history_source=sources[r],
+                           history_used=len(used[r]), unknown_history=unknown[r]) for r, (i, s) in enumerate(kept)]
+
+    def similar(self, item_id: str, k: int = 10) -> Candidates:
+        """The ``k`` nearest items to ``item_id``'s own embedding in the run's item index, itself excluded."""
+        position = self.index.id_map.positions_of([item_id])[0]
+        if position < 0:
+            raise UnknownItemError(f"unknown item {item_id!r}", field="item_id")
+        neighbours = self.index.search(self.item_vectors[position], k + 1)
+        (indices, scores), = self._first_k(neighbours.indices, neighbours.scores,
+                                           [self.index.id_map.indices[[position]]], k)
+        return Candidates(self.index.id_map.ids_of(indices), scores)
+
+    def _split_lookup(self, lists: Sequence[Optional[Sequence[str]]]) -> list[np.ndarray]:
+        """Item indices (-1 unknown) of each id list (None = empty), with one vectorized lookup."""
+        lengths = [len(ids) if ids is not None else 0 for ids in lists]
+        flat = [str(item) for ids in lists if ids is not None for item in ids]
+        return np.split(self.index.id_map.indices_of(flat), np.cumsum(lengths)[:-1])
+
+    def _search_users(self, user_ids: list, histories: list[np.ndarray], width: int):
+        limit = self.max_history
+        queries = self.encoder.encode(["" if u is None else str(u) for u in user_ids],
+                                      [self.index.id_map.ids_of(h[:limit]).tolist() for h in histories])
+        return self.index.search(queries, width)
+
+    def _first_k(self, indices: np.ndarray, scores: np.ndarray, banned: list[np.ndarray],
+                 k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per row, the first ``k`` entries that are items (index >= 2) and not banned for that row."""
+        rows = np.arange(len(indices))[:, None]
+        banned_keys = np.concatenate([r * self._key_base + b for r, b in enumerate(banned)] + [np.zeros(0, np.int64)])
+        keep = (indices >= NUM_RESERVED) & ~np.isin(rows * self._key_base + indices, banned_keys)
+        keep &= np.cumsum(keep, axis=1) <= k
+        return [(indices[r][keep[r]], scores[r][keep[r]].astype(np.float32)) for r in range(len(indices))]
+

@@ -1,0 +1,56 @@
+"""Index a run: ``<run>/item_embeddings.parquet`` -> ``<run>/index/``, self-checked with real user queries.
+
+The self-check queries are the user tower's embeddings of a seeded sample of training users (their stored
+histories), i.e. the queries the server will actually send; item vectors stand in only when the run has no user tower
+or no training data. The index metric is the run's (``dot`` -> inner product, ``cosine``), its model version the run's.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from retrieval.artifacts import PathLike, RunPaths, read_json
+from retrieval.errors import InputError
+from retrieval.export import load_user_encoder, read_item_embeddings
+from retrieval.index import IdMap, ItemIndex, build_index
+from retrieval.serving.histories import UserHistories
+
+
+def user_queries(encoder, histories: UserHistories, id_map: IdMap, count: int, seed: int,
+                 max_history: Optional[int] = None) -> np.ndarray:
+    """User-tower embeddings [<= count, d] of a seeded sample of training users, from their stored histories."""
+    rows = histories.sample(count, seed)
+    return encoder.encode(histories.user_ids[rows].tolist(),
+                          [id_map.ids_of(histories.history(r)[:max_history]).tolist() for r in rows])
+
+
+def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", recall_floor: float = 0.95,
+                    recall_k: int = 100, num_check_queries: int = 1000, seed: int = 0,
+                    search_params: Optional[dict] = None, save: bool = True, encoder=None) -> ItemIndex:
+    """Builds the run's item index (``retrieval.index.build_index``; raises ``IndexQualityError`` below the recall
+    floor) and, if ``save``, writes it atomically to ``<run>/index/``. ``encoder``: an already loaded user tower."""
+    paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
+    if not paths.manifest.is_file():
+        raise InputError("not a run directory (no manifest.json)", path=str(paths.root))
+    manifest = read_json(paths.manifest)
+    if "metric" not in manifest:
+        raise InputError("the run manifest has no 'metric'", path=str(paths.manifest), field="metric")
+    item_ids, vectors = read_item_embeddings(paths.item_embeddings)
+    id_map = IdMap(item_ids)
+    queries = None
+    if paths.train_data.is_file() and (encoder is not None or paths.user_tower.is_dir()):
+        encoder = encoder if encoder is not None else load_user_encoder(paths.user_tower)
+        histories = UserHistories.from_parquet(paths.train_data, id_map)
+        if len(histories):
+            queries = user_queries(encoder, histories, id_map, num_check_queries, seed,
+                                   int(manifest.get("max_history") or 0) or None)
+    index = build_index(vectors, id_map.item_ids, indices=id_map.indices, factory=factory, metric=manifest["metric"],
+                        queries=queries, recall_floor=recall_floor, recall_k=recall_k,
+                        num_check_queries=num_check_queries, search_params=search_params, seed=seed,
+                        model_version=manifest.get("version"))
+    index.manifest["run_id"] = manifest.get("run_id")
+    if save:
+        index.save(paths.index)
+    return index
