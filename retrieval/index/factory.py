@@ -100,8 +100,10 @@ def training_size(factory: str, count: int) -> int:
     return int(min(count, max(TRAIN_POINTS_PER_CENTROID * codebook_size(factory), MIN_TRAINING_SIZE)))
 
 
-def _seed_clustering(index: faiss.Index, seed: int) -> None:
-    """Seeds every k-means run inside ``index`` (IVF coarse quantizer, PQ codebooks) so builds are reproducible."""
+def _configure_training(index: faiss.Index, seed: int) -> None:
+    """Seeds every k-means run inside ``index`` (IVF coarse quantizer, PQ codebooks) so builds are reproducible, and
+    skips IVF-PQ's polysemous training (a slow annealing of code order only used by Hamming filtering, ``ht``,
+    which is never enabled here)."""
     try:
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
     except RuntimeError:  # no inverted file (Flat, HNSW)
@@ -109,6 +111,8 @@ def _seed_clustering(index: faiss.Index, seed: int) -> None:
     ivf.cp.seed = seed
     if hasattr(ivf, "pq"):
         ivf.pq.cp.seed = seed
+    if hasattr(ivf, "do_polysemous_training"):
+        ivf.do_polysemous_training = False
 
 
 def create_index(vectors: np.ndarray, ids: np.ndarray, factory: str, metric: str, seed: int = 0,
@@ -126,7 +130,7 @@ def create_index(vectors: np.ndarray, ids: np.ndarray, factory: str, metric: str
             raise InputError(f"index {factory!r} needs at least {codebook_size(factory)} training vectors, got {size} "
                              f"(catalogue of {count}); use fewer IVF lists or Flat", field="factory")
         sample = np.sort(np.random.default_rng(seed).choice(count, size=size, replace=False))
-        _seed_clustering(inner, seed)
+        _configure_training(inner, seed)
         logging.info("training %s on %d of %d vectors (seed %d)", factory, size, count, seed)
         inner.train(vectors[sample])
     index = faiss.IndexIDMap2(inner)
