@@ -1,0 +1,155 @@
+"""retrieval.serving (library): candidates against a numpy reference (mean-of-history user vector, exact scores,
+seen items excluded), history precedence, popularity fallback, batching, similar items, run indexing, reload."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from retrieval.artifacts import RunPaths, point_link
+from retrieval.errors import InputError
+from retrieval.export import read_item_embeddings
+from retrieval.index import ItemIndex, build_index
+from retrieval.serving import CandidateGenerator, UnknownItemError, build_run_index
+from retrieval.serving.demo_run import write_demo_run
+from retrieval.serving.reload import GeneratorHolder
+
+MAX_HISTORY = 8  # shorter than the demo histories (12), so truncation to the most recent items is exercised
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serving") / "item2vec"
+    paths = write_demo_run(root / "run1", version="1", max_history=MAX_HISTORY)
+    build_run_index(paths)
+    point_link(root / "latest", "run1")
+    return root
+
+
+@pytest.fixture(scope="module")
+def generator(model_dir):
+    return CandidateGenerator.from_run(model_dir)
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    """Item vectors, training frame and a numpy recommender following the documented rules."""
+    paths = RunPaths(model_dir / "latest")
+    item_ids, vectors = read_item_embeddings(paths.item_embeddings)
+    train = pd.read_parquet(paths.train_data).sort_values("timestamp", ascending=False, kind="stable")
+    row_of = {item: row for row, item in enumerate(item_ids)}
+
+    def recommend(history, k, exclude=()):
+        known = [item for item in history if item in row_of]
+        user = vectors[[row_of[item] for item in known[:MAX_HISTORY]]].mean(axis=0)
+        scores = vectors @ user
+        banned = {row_of[item] for item in list(known) + [e for e in exclude if e in row_of]}
+        order = [row for row in np.argsort(-scores, kind="stable") if row not in banned][:k]
+        return item_ids[order], scores[order]
+
+    return {"recommend": recommend, "train": train, "item_ids": item_ids, "vectors": vectors}
+
+
+def stored(reference, user):
+    return reference["train"].loc[reference["train"]["user_id"] == user, "item_id"].tolist()  # newest first
+
+
+def test_known_user_gets_the_stored_history_most_recent_first_and_never_seen_items(generator, reference):
+    history = stored(reference, "u3")
+    result = generator.recommend(user_id="u3", k=15)
+    expected_ids, expected_scores = reference["recommend"](history, 15)
+    np.testing.assert_array_equal(result.item_ids, expected_ids)
+    np.testing.assert_allclose(result.scores, expected_scores, rtol=1e-5)
+    assert result.history_source == "stored" and result.history_used == len(history) and not result.fallback
+    assert not set(result.item_ids) & set(history) and len(result.item_ids) == 15
+    with_seen = generator.recommend(user_id="u3", k=15, exclude_history=False)
+    assert set(with_seen.item_ids) & set(history)  # the nearest items of a mean-of-history vector are its own
+
+
+def test_request_history_takes_precedence_and_unknown_ids_are_counted(generator, reference):
+    history = ["i9", "no-such-item", "i17", "", "i25"]
+    result = generator.recommend(user_id="u3", history=history, k=10, exclude=["i41", "also-unknown"])
+    expected_ids, _ = reference["recommend"](["i9", "i17", "i25"], 10, exclude=["i41"])
+    np.testing.assert_array_equal(result.item_ids, expected_ids)
+    assert result.history_source == "request" and result.history_used == 3
+    assert result.unknown_history == ("no-such-item", "")
+
+
+def test_without_a_usable_history_known_users_use_stored_and_unknown_users_get_popularity(generator, reference):
+    known = generator.recommend(user_id="u5", history=["nope"], k=5)
+    np.testing.assert_array_equal(known.item_ids, reference["recommend"](stored(reference, "u5"), 5)[0])
+    assert known.history_source == "stored" and known.unknown_history == ("nope",)
+    cold = generator.recommend(user_id="stranger", k=6, exclude=["i0"])
+    counts = reference["train"]["item_id"].value_counts()
+    counts = counts.drop("i0", errors="ignore")
+    popular = counts.sort_values(ascending=False, kind="stable")
+    assert cold.fallback and cold.history_source == "none"
+    np.testing.assert_array_equal(cold.scores, popular.to_numpy()[:6].astype(np.float32))
+    assert set(cold.item_ids) <= set(popular.index[popular >= popular.iloc[5]])  # ties may come in any order
+    assert generator.recommend(k=3).fallback  # neither user nor history
+
+
+def test_batch_equals_single_requests(generator):
+    users = ["u1", None, "stranger", "u2"]
+    histories = [None, ["i3", "i11"], None, ["zzz"]]
+    excludes = [["i4"], None, None, []]
+    batch = generator.recommend_batch(users, histories, k=7, excludes=excludes)
+    for user, history, exclude, got in zip(users, histories, excludes, batch, strict=True):
+        single = generator.recommend(user, history, 7, exclude)
+        np.testing.assert_array_equal(got.item_ids, single.item_ids)
+        np.testing.assert_allclose(got.scores, single.scores, rtol=1e-5)
+        assert (got.fallback, got.history_source) == (single.fallback, single.history_source)
+    with pytest.raises(InputError, match="k must be positive"):
+        generator.recommend_batch(["u1"], k=0)
+
+
+def test_similar_items_are_the_nearest_neighbours_of_the_item_vector(generator, reference):
+    item_ids, vectors = reference["item_ids"], reference["vectors"]
+    row = int(np.flatnonzero(item_ids == "i9")[0])
+    scores = vectors @ vectors[row]
+    order = [r for r in np.argsort(-scores, kind="stable") if r != row][:5]
+    result = generator.similar("i9", 5)
+    np.testing.assert_array_equal(result.item_ids, item_ids[order])
+    np.testing.assert_allclose(result.scores, scores[order], rtol=1e-5)
+    with pytest.raises(UnknownItemError):
+        generator.similar("no-such-item", 5)
+
+
+def test_run_index_is_self_checked_on_user_queries_and_versioned(model_dir):
+    index = ItemIndex.load(model_dir / "latest" / "index")
+    manifest = json.loads((model_dir / "latest" / "index" / "manifest.json").read_text())
+    assert manifest["self_check"]["query_source"] == "users" and manifest["self_check"]["passed"]
+    assert manifest["model_version"] == "1" and manifest["run_id"] == "run1" and manifest["metric"] == "ip"
+    assert index.factory == "Flat"  # auto, for a catalogue this small
+
+
+def test_run_without_index_builds_one_and_a_mismatched_index_is_refused(model_dir, tmp_path):
+    run = tmp_path / "run2"
+    shutil.copytree(model_dir / "run1", run, ignore=shutil.ignore_patterns("index"))
+    assert len(CandidateGenerator.from_run(run).index) == len(ItemIndex.load(model_dir / "run1" / "index"))
+    item_ids, vectors = read_item_embeddings(run / "item_embeddings.parquet")
+    build_index(vectors[::-1], item_ids[::-1], factory="Flat").save(run / "index")
+    with pytest.raises(InputError, match="does not match"):
+        CandidateGenerator.from_run(run)
+    with pytest.raises(InputError, match="not a run directory"):
+        CandidateGenerator.from_run(tmp_path / "nothing-here")
+
+
+def test_holder_swaps_to_the_new_latest_and_keeps_serving_through_a_broken_run(model_dir, tmp_path):
+    root = tmp_path / "model"
+    for name, version in (("a", "1"), ("b", "2")):
+        shutil.copytree(model_dir / "run1", root / name)
+        manifest = json.loads((root / name / "manifest.json").read_text())
+        (root / name / "manifest.json").write_text(json.dumps({**manifest, "version": version}))
+    shutil.copytree(model_dir / "run1", root / "broken", ignore=shutil.ignore_patterns("user_tower"))
+    point_link(root / "latest", "a")
+    holder = GeneratorHolder(root)
+    first = holder.current
+    assert first.version == "1" and not holder.poll()
+    point_link(root / "latest", "broken")
+    assert not holder.poll() and holder.current is first  # logged, old run kept
+    point_link(root / "latest", "b")
+    assert holder.poll() and holder.current.version == "2" and holder.reloads == 1
+    assert first.recommend(user_id="u1", k=3).item_ids.shape == (3,)  # an old object still answers
