@@ -55,9 +55,8 @@ def main(argv: Sequence[str]) -> None:
         ann_index_path=_ANN_INDEX.value, compare_run_dir=_COMPARE.value)
     k = metrics["protocol/ks"][min(1, len(metrics["protocol/ks"]) - 1)]
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
-          f"start): recall@{k}={metrics[f'recall@{k}']:.4f} ndcg@{k}={metrics[f'ndcg@{k}']:.4f}; "
-          f"report: {_RUN_DIR.value}/report.md")
-
+          f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "
+          f"ndcg@{k}={metrics.get(f'ndcg@{k}', float('nan')):.4f}; report: {_RUN_DIR.value}/report.md")
 
 if __name__ == "__main__":
     cli.run(main)

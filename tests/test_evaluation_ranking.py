@@ -43,9 +43,11 @@ def test_exact_top_k_matches_full_sort_for_any_block_size(problem, max_block_byt
 def test_top_k_marks_unfillable_slots_and_ranks_a_subset_of_rows(problem):
     users, items, _ = problem
     exclude = csr.from_pairs(np.zeros(46, int), np.arange(2, 48), len(users))  # user 0 keeps only items 48, 49
-    idx, val = ranking.top_k(ranking.dot_scorer(users, items), 0, len(items), 4, exclude, rows=np.array([0, 3]))
+    idx, val = ranking.top_k(ranking.dot_scorer(users, items), np.array([0, 3]), len(items), 4, exclude)
     assert sorted(idx[0, :2].tolist()) == [48, 49] and idx[0, 2:].tolist() == [-1, -1]
     assert np.isneginf(val[0, 2:]).all() and (idx[1] >= 2).all()
+    longer, _ = ranking.top_k(ranking.dot_scorer(users, items), 2, len(items), 60)  # k above the vocabulary size
+    assert (longer[:, :48] >= 2).all() and (longer[:, 48:] == -1).all()
 
 
 def test_ann_with_exact_faiss_index_equals_exact_ranking(problem):

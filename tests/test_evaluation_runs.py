@@ -57,8 +57,8 @@ def test_counts_and_protocol_are_reported(run):
     assert m["count/test_interactions_unknown_item"] == 1
     assert m["count/test_pairs_seen_in_train"] == 1
     assert m["count/eval_users"] == 64 and m["count/cold_start_users"] == 3
-    assert m["count/test_users_without_rankable_items"] == 0
-    assert m["count/items"] == 48 and m["count/users"] == 67
+    assert m["count/test_users_without_rankable_items"] == 0 and m["count/test_users_with_known_items"] == 67
+    assert m["count/items"] == 48 and m["count/users"] == 67 and m["count/test_users"] == 67
     assert "cold_start/recall@2" in m and "baseline/most_popular/cold_start/recall@2" in m
 
 

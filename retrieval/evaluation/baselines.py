@@ -4,8 +4,8 @@ Each baseline is a *scorer*: a callable mapping user rows [b] to a float32 score
 indices, so exclusion of training items, padding/OOV handling, top-k and metrics are shared with the model.
 
 - ``most_popular``: score = number of training interactions of the item (the same list for every user).
-- ``random``: i.i.d. uniform scores, seeded (a block's generator is keyed by ``(seed, first row of the block)``, so
-  results are reproducible for a given block size).
+- ``random``: i.i.d. uniform scores, seeded (``tf.random.stateless_uniform`` keyed by ``(seed, first row of the
+  block)``, so results are reproducible for a given block size).
 - ``item_knn``: item-based collaborative filtering (Sarwar et al., WWW 2001; RecBole's ``ItemKNN``): cosine
   similarity on the binary user-item incidence matrix X, ``s(i, j) = c_ij / sqrt(n_i n_j)`` with ``c_ij`` the number
   of users who have both items and ``n_i`` the number of users who have i; every item keeps its ``n_neighbours`` most
@@ -20,6 +20,7 @@ Scoring a user block then expands its (user, train item, neighbour) triples and 
 from __future__ import annotations
 
 import numpy as np
+import tensorflow as tf
 
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation.ranking import Scorer
@@ -29,18 +30,13 @@ NAMES = ("most_popular", "random", "item_knn")
 
 def most_popular(popularity: np.ndarray) -> Scorer:
     """Scores every item by its training popularity (counts aligned with vocabulary indices)."""
-    row = np.asarray(popularity, dtype=np.float32)
-    return lambda rows: np.tile(row, (len(rows), 1))
+    row = tf.constant(np.asarray(popularity, dtype=np.float32)[None, :])
+    return lambda rows: tf.tile(row, [len(rows), 1])
 
 
 def random(n_items: int, seed: int) -> Scorer:
-    """Uniform random scores; reproducible for a given seed and block size."""
-
-    def score(rows: np.ndarray) -> np.ndarray:
-        key = int(rows[0]) if len(rows) else 0
-        return np.random.default_rng([seed, key]).random((len(rows), n_items), dtype=np.float32)
-
-    return score
+    """Uniform random scores; reproducible for a given seed and block size (stateless, keyed by the first row)."""
+    return lambda rows: tf.random.stateless_uniform([len(rows), n_items], seed=[seed, int(rows[0]) if len(rows) else 0])
 
 
 def _expand(csr: csr_lib.Csr, rows: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

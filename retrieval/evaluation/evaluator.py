@@ -50,8 +50,7 @@ class _Scoring:
 
     def __init__(self, scorer: ranking.Scorer, rows: np.ndarray, relevant: csr_lib.Csr, exclude: Optional[csr_lib.Csr],
                  ks: Sequence[int], n_items: int, popularity: np.ndarray, tail: np.ndarray, max_block_bytes: int):
-        self.top_k, _ = ranking.top_k(scorer, 0, n_items, max(ks), exclude, rows=rows,
-                                      max_block_bytes=max_block_bytes)
+        self.top_k, _ = ranking.top_k(scorer, rows, n_items, max(ks), exclude, max_block_bytes=max_block_bytes)
         self.per_user = metrics_lib.accuracy(self.top_k, csr_lib.take(relevant, rows), ks)
         self.per_user.update(metrics_lib.popularity_bias(self.top_k, ks, popularity, tail))
         self.summary = metrics_lib.mean(self.per_user)
@@ -104,7 +103,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
         "count/users": int(n_users), "count/items": int(n_items - NUM_RESERVED),
         "count/train_pairs": int(train.indices.size), "count/test_pairs": int(test.indices.size),
         "count/test_pairs_seen_in_train": n_seen, "count/test_pairs_rankable": int(relevant.indices.size),
-        "count/test_users": int((test.lengths > 0).sum()), "count/eval_users": len(groups[""]),
+        "count/test_users_with_known_items": int((test.lengths > 0).sum()), "count/eval_users": len(groups[""]),
         "count/cold_start_users": len(groups["cold_start/"]),
         "count/test_users_without_rankable_items": int(((test.lengths > 0) & ~has_test).sum()),
         "count/tail_items": int(tail[NUM_RESERVED:].sum()),

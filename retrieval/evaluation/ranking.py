@@ -2,9 +2,12 @@
 
 Users are scored in blocks: a block's score matrix [b, V] (``b * V * 4`` bytes, at most ``max_block_bytes``) comes
 from a *scorer* (a callable mapping user rows to scores: the model's dot product, or a baseline), the excluded
-entries are set to -inf, and ``tf.math.top_k`` keeps the best k (about 7x faster than ``np.argpartition`` + sort on
-two cores; ties go to the lower item index). Item indices are vocabulary indices: 0 (padding) and 1 (OOV) are never
-recommended. A slot that no rankable item could fill holds index -1 and score -inf.
+entries are set to -inf and ``tf.math.top_k`` keeps the best k (ties go to the lower item index). The dot product,
+the masking (``tf.tensor_scatter_nd_update``, which reuses the score buffer inside a ``tf.function``) and the top-k
+all stay in TensorFlow, so no [b, V] matrix is copied between NumPy and TensorFlow: on two cores this costs about
+half the CPU time of NumPy matmul + mask + ``tf.math.top_k`` and a tenth of ``np.argpartition`` + sort. Item
+indices are vocabulary indices: 0 (padding) and 1 (OOV) are never recommended. A slot that no rankable item could
+fill holds index -1 and score -inf.
 
 Approximate search (:func:`ann_top_k`) asks an index for ``k + (most excluded items in the block) + 2`` neighbours,
 drops the excluded ones and keeps the first k, so the result is comparable with :func:`top_k`;
@@ -13,7 +16,7 @@ drops the excluded ones and keeps the first k, so the result is comparable with 
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -24,16 +27,31 @@ from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, PAD_INDEX
 from retrieval.evaluation import csr as csr_lib
 
 NEVER_RECOMMENDED = (PAD_INDEX, OOV_INDEX)
-Scorer = Callable[[np.ndarray], np.ndarray]
-"""Maps user rows [b] (int64) to a new float32 score matrix [b, V] over vocabulary item indices (the ranking
-overwrites excluded entries in place, so a scorer must not return a buffer it keeps)."""
+Scorer = Callable[[np.ndarray], Union[np.ndarray, tf.Tensor]]
+"""Maps user rows [b] (int64) to a float32 score matrix [b, V] over vocabulary item indices (NumPy or TF)."""
 
 
-def dot_scorer(user_vectors: np.ndarray, item_vectors: np.ndarray) -> Scorer:
-    """Scores ``user_vectors[rows] @ item_vectors.T`` (inner product; normalize both first for cosine)."""
+def dot_scorer(user_vectors: np.ndarray, item_vectors: np.ndarray,
+               unavailable: Optional[np.ndarray] = None) -> Scorer:
+    """Scores ``user_vectors[rows] @ item_vectors.T`` (inner product; normalize both first for cosine).
+
+    ``unavailable``: item indices this model cannot score (e.g. absent from its catalogue); they get -inf.
+    """
     user_vectors = np.ascontiguousarray(user_vectors, dtype=np.float32)
-    item_t = np.ascontiguousarray(np.asarray(item_vectors, dtype=np.float32).T)
-    return lambda rows: user_vectors[rows] @ item_t
+    items = tf.constant(np.asarray(item_vectors, dtype=np.float32))
+    if unavailable is None or not len(unavailable):
+        return lambda rows: tf.matmul(user_vectors[rows], items, transpose_b=True)
+    bias = np.zeros(len(item_vectors), np.float32)
+    bias[np.asarray(unavailable)] = -np.inf
+    return lambda rows: tf.matmul(user_vectors[rows], items, transpose_b=True) + bias
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None, 2], tf.int64),
+                              tf.TensorSpec([], tf.int32)])
+def _masked_top_k(scores: tf.Tensor, masked: tf.Tensor, k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Top-k of ``scores`` after setting the (row, item) entries of ``masked`` to -inf."""
+    fill = tf.fill(tf.shape(masked)[:1], tf.constant(-np.inf, tf.float32))
+    return tf.math.top_k(tf.tensor_scatter_nd_update(scores, masked, fill), k=k, sorted=True)
 
 
 def block_size_for(n_items: int, max_block_bytes: int) -> int:
@@ -41,48 +59,42 @@ def block_size_for(n_items: int, max_block_bytes: int) -> int:
     return max(1, min(8192, max_block_bytes // (4 * max(n_items, 1))))
 
 
-def _select(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    values, indices = tf.math.top_k(scores, k=k, sorted=True)
-    values, indices = values.numpy(), indices.numpy()
-    indices[np.isneginf(values)] = -1
-    return indices, values
-
-
-def top_k(scorer: Scorer, n_users: int, n_items: int, k: int, exclude: Optional[csr_lib.Csr] = None,
-          never: Sequence[int] = NEVER_RECOMMENDED, max_block_bytes: int = 256 << 20,
-          rows: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+def top_k(scorer: Scorer, users: Union[int, np.ndarray], n_items: int, k: int,
+          exclude: Optional[csr_lib.Csr] = None, never: Sequence[int] = NEVER_RECOMMENDED,
+          max_block_bytes: int = 256 << 20) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k item indices and scores for every user, best first.
 
     Args:
       scorer: user rows -> float32 scores [b, n_items].
-      n_users: number of user rows (ignored when ``rows`` is given).
+      users: the number of users (rows 0..users-1) or the user rows to rank.
       n_items: vocabulary size V (item indices 0..V-1).
-      k: list length; clipped to ``n_items``.
-      exclude: per-user items that must not be recommended (e.g. training items), rows aligned with users.
+      k: list length.
+      exclude: per-user items that must not be recommended (e.g. training items), rows aligned with user rows.
       never: item indices no user may get (padding and OOV).
       max_block_bytes: memory bound of one score block.
-      rows: the user rows to rank (default all ``n_users``).
 
     Returns:
       (indices int64 [U, k], scores float32 [U, k]); -1 / -inf where fewer than k items are rankable.
     """
-    rows = np.arange(n_users, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    k = min(k, n_items)
+    rows = np.arange(users, dtype=np.int64) if np.isscalar(users) else np.asarray(users, dtype=np.int64)
     block = block_size_for(n_items, max_block_bytes)
-    out_idx = np.empty((len(rows), k), dtype=np.int64)
-    out_val = np.empty((len(rows), k), dtype=np.float32)
+    width = min(k, n_items)  # tf.math.top_k needs k <= V; the rest stays empty
+    out_idx = np.full((len(rows), k), -1, dtype=np.int64)
+    out_val = np.full((len(rows), k), -np.inf, dtype=np.float32)
     never = np.asarray(never, dtype=np.int64)
     for start in range(0, len(rows), block):
         block_rows = rows[start:start + block]
-        scores = np.asarray(scorer(block_rows), dtype=np.float32)
-        if scores.shape != (len(block_rows), n_items):
-            raise ValueError(f"scorer returned {scores.shape}, expected {(len(block_rows), n_items)}")
-        scores[:, never] = -np.inf
-        if exclude is not None:
-            local, cols = csr_lib.to_pairs(csr_lib.take(exclude, block_rows))
-            scores[local, cols] = -np.inf
-        idx, val = _select(scores, k)
-        out_idx[start:start + block], out_val[start:start + block] = idx, val
+        scores = scorer(block_rows)
+        if tuple(scores.shape) != (len(block_rows), n_items):
+            raise ValueError(f"scorer returned {tuple(scores.shape)}, expected {(len(block_rows), n_items)}")
+        excluded = csr_lib.take(exclude, block_rows) if exclude is not None else csr_lib.empty(len(block_rows))
+        local, cols = csr_lib.to_pairs(excluded)
+        masked = np.stack([np.concatenate([local, np.repeat(np.arange(len(block_rows)), len(never))]),
+                           np.concatenate([cols, np.tile(never, len(block_rows))])], axis=1)
+        values, indices = _masked_top_k(tf.cast(scores, tf.float32), masked, width)
+        values, indices = values.numpy(), indices.numpy().astype(np.int64)
+        indices[np.isneginf(values)] = -1
+        out_idx[start:start + block, :width], out_val[start:start + block, :width] = indices, values
     logging.debug("ranked %d users over %d items in blocks of %d", len(rows), n_items, block)
     return out_idx, out_val
 

@@ -106,7 +106,8 @@ def plot_recall(metrics: Mapping, path: Path) -> None:
     axes.set_ylabel("recall@k")
     axes.set_title(f"recall@k, {metrics['count/eval_users']} users, full corpus", fontsize=10)
     axes.grid(alpha=0.3)
-    axes.legend()
+    if axes.lines:
+        axes.legend()
     figure.tight_layout()
     with artifacts.atomic_path(path) as tmp:
         figure.savefig(tmp, format="png")

@@ -16,6 +16,7 @@ import numpy as np
 from absl import logging
 
 from retrieval import artifacts
+from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
 from retrieval.evaluation import baselines as baselines_lib
 from retrieval.evaluation import evaluator, loading, protocols, ranking, report
@@ -37,25 +38,14 @@ def _settings(run_dir, **given) -> dict:
     return settings
 
 
-def _masked(scorer: ranking.Scorer, unavailable: np.ndarray) -> ranking.Scorer:
-    """``scorer`` with the items it cannot recommend (absent from its catalogue) at -inf."""
-
-    def score(rows: np.ndarray) -> np.ndarray:
-        scores = scorer(rows)
-        scores[:, unavailable] = -np.inf
-        return scores
-
-    return score
-
-
 def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> ranking.Scorer:
     """Scorer of another run on this evaluation's users and catalogue (items it lacks are never recommended)."""
     other = loading.load_run_model(other_dir)
-    item_vectors, unavailable = other.aligned_to(data.item_ids[2:])
+    item_vectors, unavailable = other.aligned_to(data.item_ids[NUM_RESERVED:])
     user_vectors = np.zeros((len(data.user_ids), item_vectors.shape[1]), np.float32)
     user_vectors[rows] = other.user_vectors(data.user_ids[rows], train)
     logging.info("comparing with run %s (%d catalogue items it lacks)", other.run_id, len(unavailable))
-    return _masked(ranking.dot_scorer(user_vectors, item_vectors), unavailable)
+    return ranking.dot_scorer(user_vectors, item_vectors, unavailable)
 
 
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
