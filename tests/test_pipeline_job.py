@@ -41,8 +41,8 @@ def tiny_overrides(log_dir: Path) -> dict:
     return {
         "data.train_path": str(log_dir / "interactions.csv"),
         "model.embedding_dim": 16, "model.item_tower.id_embedding_dim": 16, "model.user_tower.hidden_units": (32,),
-        "model.max_history": 10, "train.batch_size": 256, "train.epochs": 3, "train.warmup_steps": 5,
-        "train.learning_rate": 0.01, "train.log_every_steps": 10, "train.checkpoint_every_steps": 5,
+        "model.max_history": 10, "train.batch_size": 256, "train.warmup_steps": 5,
+        "train.learning_rate": 0.01, "train.log_every_steps": 50, "train.epochs": 20,
         "eval.ks": (10, 20), "eval.bootstrap": 0, "eval.baselines": ("most_popular",), "index.recall_k": 20,
         "gate.floors": "recall@20=0.0",
     }
@@ -63,7 +63,7 @@ def make_config(log_dir: Path, **extra):
 
 def cli_args(log_dir: Path, output_dir: Path, run_id: str, **extra) -> list:
     def render(value):
-        return f"({','.join(str(v) for v in value)},)" if isinstance(value, tuple) else str(value)
+        return repr(value) if isinstance(value, tuple) else str(value)
 
     settings = {**tiny_overrides(log_dir), **extra}
     return [sys.executable, "-m", "pipelines.train", "--config=configs/two_tower.py", f"--output_dir={output_dir}",
@@ -137,7 +137,7 @@ def _wait_for_checkpoint(directory: Path, process: subprocess.Popen, timeout: fl
 
 
 def test_kill_during_training_then_rerun_publishes_once(log_path, tmp_path):
-    args = cli_args(log_path, tmp_path, "crash", **{"train.epochs": 30})
+    args = cli_args(log_path, tmp_path, "crash", **{"train.epochs": 40, "train.checkpoint_every_steps": 20})
     process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_checkpoint(tmp_path / "two_tower" / "crash" / "checkpoints", process)

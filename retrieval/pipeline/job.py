@@ -286,8 +286,9 @@ class TrainingJob:
         from retrieval.serving.run_index import build_run_index
 
         i = self.config.index
-        return build_run_index(self.paths.root, factory=i.factory, recall_floor=i.recall_floor, k=i.recall_k,
-                               seed=self.config.seed)
+        index = build_run_index(self.paths, factory=i.factory, recall_floor=i.recall_floor, recall_k=i.recall_k,
+                                seed=self.config.seed)
+        return {key: index.manifest.get(key) for key in ("factory", "count", "search_params", "self_check")}
 
     def _gate(self, metrics: dict) -> dict:
         g = self.config.gate
