@@ -66,8 +66,14 @@ def gather_other_replicas(value: Any) -> Optional[Any]:
     sizes = context.all_gather(local_size, axis=0)
     start = tf.reduce_sum(sizes[:context.replica_id_in_sync_group])
     end = start + local_size[0]
-    gathered = context.all_gather(value, axis=0)
-    return tf.nest.map_structure(lambda t: tf.concat([t[:start], t[end:]], axis=0), gathered)
+
+    def others(tensor: tf.Tensor) -> tf.Tensor:
+        # One collective per tensor (a batched gather refuses a mix of host int32 and device tensors); the identity
+        # places a replica's input tensor on its device (multi-worker collectives need a device).
+        gathered = context.all_gather(tf.identity(tensor), axis=0)
+        return tf.concat([gathered[:start], gathered[end:]], axis=0)
+
+    return tf.nest.map_structure(others, value)
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -89,7 +89,7 @@ class _StepCallback(tf.keras.callbacks.Callback):
     """Tracks the optimizer step without reading the variable after every batch (one step per batch)."""
 
     def on_train_begin(self, logs=None):
-        self.step = int(self.model.optimizer.iterations)
+        self.step = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -127,7 +127,7 @@ class ProgressLogger(_StepCallback):
             return
         now = time.perf_counter()
         values = {"loss": float((logs or {}).get("loss", float("nan"))),
-                  "learning_rate": float(self.model.optimizer.learning_rate),
+                  "learning_rate": float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)),
                   "examples_per_second": (step - self._last_step) * self.batch_size / max(now - self._last_time, 1e-9)}
         logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f examples/s", step, self.total_steps, values["loss"],
                      values["learning_rate"], values["examples_per_second"])
@@ -208,12 +208,18 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> tf.ke
     return optimizer
 
 
-def _build(model: TwoTowerModel, examples: Mapping[str, np.ndarray]) -> None:
-    """Creates every variable (towers, optimizer slots) so a checkpoint restores at once, not deferred."""
+def build_variables(model: TwoTowerModel, examples: Mapping[str, np.ndarray]) -> None:
+    """Creates every variable of the model (and the optimizer slots once compiled), in the model's strategy scope,
+    so that a checkpoint restores at once (not deferred) and weights can be copied in (warm start)."""
     sample = {key: tf.constant(value[:2]) for key, value in examples.items()}
-    model(sample)
-    model.item_vectors(tf.cast(sample["label"], tf.int32))
-    model.optimizer.build(model.trainable_variables)
+    with model.distribute_strategy.scope():
+        model(sample)
+        model.item_vectors(tf.cast(sample["label"], tf.int32))
+        if model.optimizer is not None:
+            model.optimizer.build(model.trainable_variables)
+
+
+_build = build_variables  # the name retrieval/pipeline/job.py calls
 
 
 def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_collections.ConfigDict, *,
@@ -244,7 +250,7 @@ def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_col
     strategy = model.distribute_strategy
     with strategy.scope():
         model.compile(optimizer=make_optimizer(config, total_steps))
-        _build(model, examples)
+    build_variables(model, examples)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager, private_dir = None, None
     if checkpoint_dir is not None:
@@ -253,8 +259,8 @@ def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_col
         manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=config.keep_checkpoints)
         if manager.latest_checkpoint:
             checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(model.optimizer.iterations))
-    step = int(model.optimizer.iterations)
+            logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(model.optimizer.iterations.numpy()))
+    step = int(model.optimizer.iterations.numpy())
     try:
         if step >= total_steps:
             logging.info("training already complete (step %d of %d)", step, total_steps)
@@ -279,7 +285,7 @@ def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_col
                             initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,
                             verbose=0)
         best = None if early is None or not np.isfinite(early.best) else float(early.best)
-        return FitResult(history=history.history, step=int(model.optimizer.iterations), best_metric=best,
+        return FitResult(history=history.history, step=int(model.optimizer.iterations.numpy()), best_metric=best,
                          stopped_early=bool(early is not None and early.stopped_epoch > 0))
     finally:
         if private_dir is not None:
