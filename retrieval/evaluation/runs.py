@@ -51,7 +51,7 @@ def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> 
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
                  exclude_train: Optional[bool] = None, baselines: Optional[Sequence[str]] = None,
                  n_bootstrap: Optional[int] = None, seed: Optional[int] = None, ann_index_path: Optional[str] = None,
-                 compare_run_dir: Optional[str] = None, write: bool = True, head_share: float = 0.8,
+                 ann_index_offset: int = 0, compare_run_dir: Optional[str] = None, write: bool = True, head_share: float = 0.8,
                  max_block_bytes: int = 256 << 20) -> dict:
     """Evaluates the run in ``run_dir`` on its test split (or ``test_path``); returns the flat metrics.
 
@@ -63,8 +63,10 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
       baselines: baseline names computed in the same run (default: all of ``baselines.NAMES``).
       n_bootstrap: resamples for 95% intervals and paired tests (0: none).
       seed: seed of the bootstrap and of the random baseline (default: the run's seed).
-      ann_index_path: a FAISS index over ``item_embeddings.parquet`` rows; reports its metrics and its recall
+      ann_index_path: a FAISS index file, e.g. the run's ``index/index.faiss``; reports its metrics and its recall
         against exact search under ``ann/``.
+      ann_index_offset: added to the index's ids to get vocabulary indices: 0 for the run's own index (it stores
+        vocabulary indices), 2 for a plain index over the rows of ``item_embeddings.parquet``.
       compare_run_dir: another run, evaluated on the same users and catalogue, reported under ``compare/`` and
         compared per user with this one under ``paired/compare/``.
       write: write metrics.json, report.md and recall_at_k.png into the run.
@@ -91,7 +93,8 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
     result = evaluator.evaluate(
         user_vectors, model.item_vectors, data.train, data.test, settings["ks"], popularity=data.popularity,
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
-        n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index, head_share=head_share,
+        n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index, ann_index_offset=ann_index_offset,
+        head_share=head_share,
         max_block_bytes=max_block_bytes)
     result.update(data.counts)
     result.update({"protocol": description, "protocol/split": split, "protocol/metric": model.metric,
