@@ -149,5 +149,6 @@ def build_index(vectors: np.ndarray, item_ids: Sequence[str], *, indices: Option
         raise IndexQualityError(
             f"index {resolved!r} reaches recall@{check.k} = {check.recall:.4f} against exact search on "
             f"{check.num_queries} {source} queries, below the floor {recall_floor} (search params "
-            f"{check.search_params}); use more IVF lists/probes, a larger HNSW M, a refine stage (',RFlat') or Flat")
+            f"{check.search_params}); use more IVF lists/probes, a larger HNSW M, a refine stage (',RFlat') or Flat",
+            check)
     return ItemIndex(index, id_map, manifest)

@@ -5,14 +5,15 @@ ann-benchmarks definition (Aumueller et al. 2020), which counts a tie at the k-t
 depending on how two exact searches break it. Approximate results are re-scored exactly, so a quantized index
 gets no credit for its own distance errors.
 
-Tuning (``tune``): the knob of the index (``nprobe`` for IVF, ``efSearch`` for HNSW) takes values from FAISS's own
-``ParameterSpace`` grid (powers of two), extended to the exhaustive setting (nprobe = nlist) or a large efSearch;
-the first grid value reaching the target is refined by bisection on integers between it and the previous value.
-That assumes recall does not decrease as the knob grows: exact for IVF-Flat (more lists probed = a superset of
-candidates, exact distances), true in practice for HNSW and IVF-PQ. Refined indexes (``...,RFlat``) also have
-``k_factor_rf`` (re-rank k * k_factor PQ candidates exactly): each factor 1, 2, 4, ... gets its smallest nprobe,
-the search stops when a larger factor no longer lowers nprobe, and the fastest of those settings (timed on the
-tuning queries) wins. Parameters are always set with ``faiss.ParameterSpace().set_index_parameter``.
+Tuning (``tune``): the knob of the index (``nprobe`` for IVF, ``efSearch`` for HNSW, the knobs FAISS's
+``ParameterSpace`` lists for it) walks powers of two, like that ParameterSpace's own grid, up to the exhaustive
+setting (nprobe = nlist) or a large efSearch; the first value reaching the target is refined by bisection on the
+integers between it and the previous one. That assumes recall does not decrease as the knob grows: exact for
+IVF-Flat (more lists probed = a superset of candidates, exact distances), true in practice for HNSW and IVF-PQ.
+Refined indexes (``...,RFlat``) also have ``k_factor_rf`` (re-rank k * k_factor shortlisted candidates exactly):
+the smallest nprobe at the largest factor bounds all factors from below; each factor 1, 2, 4, ... gets its smallest
+nprobe within 4x that bound, and the fastest of those settings (timed on the tuning queries) wins. Parameters are
+always set with ``faiss.ParameterSpace().set_index_parameter`` (which reaches through ``IndexIDMap2``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from retrieval.index.factory import METRICS
 
 EF_SEARCH_MAX = 8192
 K_FACTOR_MAX = 64
+REFINE_PROBE_WINDOW = 4
 RELATIVE_TIE_TOLERANCE = 1e-4
 
 
@@ -37,7 +39,12 @@ class IndexQualityError(GateError):
 
     Not a user input mistake (the data and configuration are valid; this index type cannot reach the quality asked
     for), so it is a quality-gate refusal: ``retrieval.cli.run`` exits with code 3 and nothing is written.
+    ``check`` is the failed ``SelfCheck``.
     """
+
+    def __init__(self, message: str, check: SelfCheck | None = None):
+        super().__init__(message)
+        self.check = check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,37 +152,58 @@ def tune(index: faiss.Index, probe: RecallProbe, target: float) -> tuple[dict, f
     knob, refine = _knob(index)
     if knob is None:
         return {}, probe(index), 1
+    tried = 0
 
-    def measure_with(fixed: dict) -> Callable[[int], float]:
+    def smallest(fixed: dict, values: list[int]) -> tuple[int, float]:
+        nonlocal tried
+
         def measure(value: int) -> float:
             apply_search_params(index, {**fixed, knob: value})
             return probe(index)
-        return measure
+
+        value, recall, evaluations = _smallest_passing(measure, values, target)
+        tried += evaluations
+        return value, recall
 
     grid = _grid(knob, index, probe.k)
     if not refine:
-        value, recall, tried = _smallest_passing(measure_with({}), grid, target)
-        apply_search_params(index, {knob: value})
-        return {knob: value}, recall, tried
-    settings, tried, factor = [], 0, 1
-    while factor <= K_FACTOR_MAX:
-        value, recall, evaluations = _smallest_passing(measure_with({"k_factor_rf": factor}), grid, target)
-        tried += evaluations
-        if recall >= target:
-            if settings and value >= settings[-1][0][knob]:
-                break
-            apply_search_params(index, {"k_factor_rf": factor, knob: value})
-            start = time.perf_counter()
-            index.search(probe.queries, probe.k)
-            settings.append(({"k_factor_rf": factor, knob: value}, recall, time.perf_counter() - start))
-        factor *= 2
-    if not settings:
-        params = {"k_factor_rf": K_FACTOR_MAX, knob: grid[-1]}
-        apply_search_params(index, params)
-        return params, recall, tried
-    params, recall, _ = min(settings, key=lambda setting: setting[2])
+        value, recall = smallest({}, grid)
+        params = {knob: value}
+    else:
+        params, recall = _tune_refined(index, probe, knob, grid, target, smallest)
     apply_search_params(index, params)
     return params, recall, tried
+
+
+def _tune_refined(index: faiss.Index, probe: RecallProbe, knob: str, grid: list[int], target: float,
+                  smallest: Callable[[dict, list[int]], tuple[int, float]]) -> tuple[dict, float]:
+    """(params, recall) for an index with a refine stage: the fewest probes reaching the target at all (at
+    K_FACTOR_MAX, where re-ranking is nearly exact) bound every factor from below; factors 1, 2, 4, ... then get
+    their smallest nprobe within REFINE_PROBE_WINDOW times that bound (stopping at the first that needs no more than
+    the bound), and the fastest of those settings on the tuning queries wins."""
+    fewest, recall = smallest({"k_factor_rf": K_FACTOR_MAX}, grid)
+    if recall < target:
+        return {"k_factor_rf": K_FACTOR_MAX, knob: fewest}, recall
+    window = [fewest] + [v for v in grid if fewest < v <= REFINE_PROBE_WINDOW * fewest]
+    settings, factor = [], 1
+    while factor <= K_FACTOR_MAX:
+        value, factor_recall = smallest({"k_factor_rf": factor}, window)
+        if factor_recall >= target:
+            params = {"k_factor_rf": factor, knob: value}
+            apply_search_params(index, params)
+            seconds = min(_timed(lambda: index.search(probe.queries, probe.k)) for _ in range(2))
+            settings.append((seconds, params, factor_recall))
+            if value == fewest:
+                break
+        factor *= 2
+    _, params, recall = min(settings, key=lambda setting: setting[0])
+    return params, recall
+
+
+def _timed(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def self_check(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, query_source: str,

@@ -1,0 +1,20 @@
+"""Smoke runs of the index and serving benchmarks (tiny sizes; the figures themselves are not asserted)."""
+
+from benchmarks import bench_index, bench_serving
+
+
+def test_bench_index_smoke():
+    rows = {row["name"]: row for row in bench_index.run(smoke=True)}
+    assert set(rows) == {"Flat", "HNSW32", "IVF-Flat", "IVF-PQ+refine"}
+    assert rows["Flat"]["recall_at_100"] == 1.0 and rows["Flat"]["qps_vs_flat"] == 1.0
+    for name in ("HNSW32", "IVF-Flat", "IVF-PQ+refine"):  # tuned to the floor by the build's self-check
+        assert rows[name]["self_check_recall"] >= 0.95 and rows[name]["qps"] > 0 and rows[name]["index_bytes"] > 0
+    assert rows["IVF-PQ+refine"]["codes_only_recall"] < rows["IVF-PQ+refine"]["recall_at_100"]  # re-ranking helps
+
+
+def test_bench_serving_smoke():
+    rows = {row["name"]: row for row in bench_serving.run(smoke=True)}
+    assert set(rows) == {"library", "http_1_clients", "http_4_clients"}
+    for row in rows.values():
+        assert row["requests"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0
+    assert rows["http_1_clients"]["errors"] == 0 and rows["http_4_clients"]["errors"] == 0
