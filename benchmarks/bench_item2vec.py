@@ -1,0 +1,219 @@
+"""Item2Vec speed and quality: ``retrieval.models.item2vec.train_item2vec`` vs gensim's word2vec (skip-gram, NEG).
+
+Data: MovieLens 1M (users 1-2999) ``ratings.dat`` from ``../shared/datasets/``, each user's ratings sorted by
+timestamp, leave-last-one-out (the last item of a user with >= 2 ratings is the test item). ``--smoke``: the
+synthetic generator at a tiny size. Both sides get the same training sequences and the settings of
+``default_item2vec_config()``: dimension, window, negatives, epochs, subsampling ``sample=t``, learning rate 0.025
+-> 0.0001, ``min_count=1`` (gensim: ``sg=1, hs=0, ns_exponent=0.75, workers=2``).
+
+gensim's default ``shrink_windows=True`` draws a window ``b ~ U{1..window}`` per target word (word2vec's dynamic
+window), which trains about ``(window + 1) / (2 * window)`` of the pairs ours trains (every pair within
+``window``, as ``skipgram_pairs`` builds them). Both are measured: ``gensim`` (its default) and
+``gensim_fixed_window`` (``shrink_windows=False``: the same pairs, the same objective as ours).
+
+Quality: next-item recall@20 (= hit rate, one test item per user), full corpus, the user's training items excluded,
+test items unknown to training dropped. Query = mean of the vectors of the user's last 3 training items, scored by
+cosine against every item: the same rule for both sides, and what an exported Item2Vec run serves with
+``max_history=3``.
+
+Timing: each repeat is a fresh subprocess per side, sides alternating, so peak RSS (``ru_maxrss``) is per side.
+``train_s`` is the training call only (ours: ``train_item2vec``, i.e. pair building, tracing and the epochs; gensim:
+the ``Word2Vec(...)`` constructor, i.e. vocabulary and the epochs), after imports and data loading;
+``train_cpu_s`` is the process CPU time (all threads) over the same span. Rows: median (min-max) of the repeats;
+on ours, ``time_ratio_vs_<side>`` = our median / theirs and ``recall_diff_vs_<side>``. Target: ratio <= 1.0 at
+recall >= gensim's.
+
+    python -m benchmarks.bench_item2vec [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ml_collections
+import numpy as np
+import pandas as pd
+
+from benchmarks import common
+from retrieval.data import Vocabulary, leave_last_n_out, read_interactions, synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "datasets" / "ml-1m-partial" / "ratings.dat"
+K, QUERY_ITEMS = 20, 3
+SIDES = ("ours", "gensim", "gensim_fixed_window")
+FULL = {"repeats": 3, "overrides": {}}
+SMOKE = {"repeats": 1, "overrides": {"epochs": 2, "batch_size": 256, "negative_group": 16, "dim": 16}}
+
+
+def load_split(smoke: bool) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(train, test, dataset name): leave-last-one-out, train sorted by user then timestamp (stable)."""
+    if smoke:
+        frame, _, _ = synthetic.generate(num_users=150, num_items=120, interactions_per_user=15, seed=0)
+        name = "synthetic-smoke"
+    else:
+        frame, name = read_interactions(DATA), "ml-1m-partial"
+    split = leave_last_n_out(frame, 1)
+    return split.train.sort_values(["user_id", "timestamp"], kind="stable"), split.test, name
+
+
+def config(overrides: dict) -> dict:
+    """``default_item2vec_config()`` with ``overrides``, as a plain dict (children get it as JSON, so the gensim
+    child never imports TensorFlow)."""
+    from retrieval.models.item2vec import default_item2vec_config
+
+    c = default_item2vec_config()
+    c.update(overrides)
+    return c.to_dict()
+
+
+def recall_at_k(vectors: np.ndarray, train: pd.DataFrame, test: pd.DataFrame, vocab: Vocabulary, k: int = K,
+                query_items: int = QUERY_ITEMS, block: int = 1024) -> tuple[float, int]:
+    """Next-item recall@k (see the module docstring) of item ``vectors`` by vocabulary index; (recall, users)."""
+    users = Vocabulary.from_ids(train["user_id"])
+    train_users, train_items = users.lookup(train["user_id"]), vocab.lookup(train["item_id"])
+    order = np.argsort(train_users, kind="stable")  # by user index, time order kept within a user
+    train_users, train_items = train_users[order], train_items[order]
+    test_users, test_items = users.lookup(test["user_id"]), vocab.lookup(test["item_id"])
+    keep = (test_users >= 2) & (test_items >= 2)
+    test_users, test_items = test_users[keep], test_items[keep]
+    ends = np.searchsorted(train_users, test_users, side="right")
+    starts = np.searchsorted(train_users, test_users, side="left")
+    position = np.arange(query_items)[None, :] + np.maximum(ends - query_items, starts)[:, None]
+    valid = position < ends[:, None]
+    queries = (vectors[train_items[np.minimum(position, len(train_items) - 1)]] * valid[..., None]).sum(1)
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    hits = 0
+    for lo in range(0, len(test_users), block):
+        rows = slice(lo, lo + block)
+        scores = queries[rows] @ unit.T
+        scores[:, :2] = -np.inf
+        lengths = (ends - starts)[rows]
+        owner = np.repeat(np.arange(len(scores)), lengths)
+        offsets = np.repeat(starts[rows] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+        scores[owner, train_items[offsets]] = -np.inf
+        top = np.argpartition(-scores, k, axis=1)[:, :k]
+        hits += int((top == test_items[rows, None]).any(axis=1).sum())
+    return hits / max(len(test_users), 1), len(test_users)
+
+
+def _train_ours(train: pd.DataFrame, vocab: Vocabulary, c) -> np.ndarray:
+    from retrieval.models.item2vec import train_item2vec
+
+    users = Vocabulary.from_ids(train["user_id"])
+    return train_item2vec(c, users.lookup(train["user_id"]), vocab.lookup(train["item_id"]),
+                          train["timestamp"].to_numpy(), vocab)
+
+
+def _train_gensim(train: pd.DataFrame, vocab: Vocabulary, c, shrink: bool):
+    from gensim.models import Word2Vec
+
+    sequences = train.groupby("user_id", sort=False)["item_id"].apply(list).tolist()
+
+    def fit():
+        model = Word2Vec(sequences, vector_size=c.dim, window=c.window, min_count=1, sg=1, hs=0,
+                         negative=c.negatives, ns_exponent=c.noise_exponent, sample=c.subsample, epochs=c.epochs,
+                         alpha=c.learning_rate, min_alpha=c.min_learning_rate, workers=2, seed=c.seed,
+                         shrink_windows=shrink)
+        vectors = np.zeros([vocab.size, c.dim], np.float32)
+        vectors[2:] = model.wv.vectors[[model.wv.get_index(item) for item in vocab.ids[2:]]]
+        return vectors
+
+    return fit
+
+
+def child(side: str, smoke: bool, settings: dict) -> dict:
+    """One measured training of ``side`` in this process with the item2vec config ``settings``: times, recall,
+    memory."""
+    train, test, _ = load_split(smoke)
+    vocab = Vocabulary.from_ids(train["item_id"])
+    c = ml_collections.ConfigDict(settings)
+    if side == "ours":
+        import retrieval.models.item2vec  # noqa: F401  (TensorFlow import and setup are not timed)
+
+        fit = lambda: _train_ours(train, vocab, c)  # noqa: E731
+    else:
+        fit = _train_gensim(train, vocab, c, shrink=side == "gensim")
+    rss_before = _peak_rss_mb()
+    wall, cpu = time.perf_counter(), time.process_time()
+    vectors = fit()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    recall, users = recall_at_k(vectors, train, test, vocab)
+    return {"train_s": wall, "train_cpu_s": cpu, "recall": recall, "users": users,
+            "peak_rss_mb": _peak_rss_mb(), "peak_rss_before_training_mb": rss_before}
+
+
+def _peak_rss_mb() -> float:
+    """Peak RSS of this process's address space in MiB: ``VmHWM`` of ``/proc/self/status``. ``ru_maxrss`` is not
+    used on Linux because a child keeps the high-water mark of the parent it was forked from (a parent that imported
+    TensorFlow would set the floor of the gensim side)."""
+    try:
+        with open("/proc/self/status") as f:
+            line = next(line for line in f if line.startswith("VmHWM:"))
+        return int(line.split()[1]) / 1024
+    except (OSError, StopIteration):
+        return common.peak_rss_mb()
+
+
+def _spawn(side: str, smoke: bool, settings: dict) -> dict:
+    command = [sys.executable, "-m", "benchmarks.bench_item2vec", f"--child={side}",
+               f"--settings={json.dumps(settings)}"] + (["--smoke"] if smoke else [])
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{side} child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _row(side: str, dataset: str, results: list[dict], c: dict) -> dict:
+    row = {"name": side, "dataset": dataset, "runs": len(results), "users": results[0]["users"],
+           **{key: c[key] for key in ("dim", "window", "epochs", "subsample")}}
+    for key in ("train_s", "train_cpu_s", "recall", "peak_rss_mb", "peak_rss_before_training_mb"):
+        stats = common.spread([r[key] for r in results])
+        row[key] = round(stats["median"], 4)
+        if len(results) > 1 and key in ("train_s", "train_cpu_s", "recall"):
+            row[f"{key}_min"], row[f"{key}_max"] = round(stats["min"], 4), round(stats["max"], 4)
+    return row
+
+
+def run(smoke: bool, overrides: dict | None = None) -> list[dict]:
+    """Rows for ours, gensim (default dynamic window) and gensim with a fixed window (see the module docstring)."""
+    settings = SMOKE if smoke else FULL
+    overrides = {**settings["overrides"], **(overrides or {})}
+    c = config(overrides)
+    _, _, dataset = load_split(smoke)
+    have_gensim = importlib.util.find_spec("gensim") is not None
+    sides = [s for s in SIDES if have_gensim or s == "ours"]
+    results = {side: [] for side in sides}
+    for _ in range(settings["repeats"]):
+        for side in sides:
+            results[side].append(_spawn(side, smoke, c))
+    rows = {side: _row(side, dataset, results[side], c) for side in sides}
+    ours = rows["ours"]
+    for side in sides[1:]:
+        ours[f"time_ratio_vs_{side}"] = round(ours["train_s"] / rows[side]["train_s"], 3)
+        ours[f"cpu_ratio_vs_{side}"] = round(ours["train_cpu_s"] / rows[side]["train_cpu_s"], 3)
+        ours[f"recall_diff_vs_{side}"] = round(ours["recall"] - rows[side]["recall"], 4)
+    out = list(rows.values())
+    if not have_gensim:
+        out += [{"name": side, "dataset": dataset, "skipped": "gensim is not installed (pip install gensim)"}
+                for side in SIDES[1:]]
+    return out
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny synthetic data, seconds")
+    parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--overrides", default="{}", help="JSON object of item2vec config keys to change")
+    parser.add_argument("--settings", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.smoke, json.loads(args.settings))))
+    else:
+        for result in run(args.smoke, json.loads(args.overrides)):
+            print(json.dumps(result))

@@ -1,0 +1,177 @@
+"""Item2Vec training internals: noise sampler, per-epoch skip-gram pairs and the sparse-SGD epoch loop.
+
+The public entry point is :func:`retrieval.models.item2vec.train_item2vec`; this module holds the machinery it runs.
+
+Speed (2 CPU cores): every epoch's pairs are built in numpy (``skipgram_pairs``, vectorized), shuffled once, and
+fed to one ``tf.function`` that runs many steps in a ``tf.while_loop`` (no Python per step). A step gathers the rows
+it needs, differentiates the SGNS loss with respect to those gathered rows only and subtracts the gradients with
+``scatter_sub`` (plain SGD on the touched rows; the rest of the tables is never read or written). The loss is summed
+over the batch and scaled by the learning rate before differentiation, so the update of a pair is word2vec's
+per-pair SGD step whatever the batch size, and no extra pass multiplies the gradients by the learning rate.
+
+Determinism: negatives are drawn with stateless ops keyed by ``(seed, epoch, step)`` and pairs / shuffles from numpy
+generators keyed by ``(seed, epoch)``, so a run resumed from a checkpoint continues the very same stream. TensorFlow's
+CPU ``scatter_sub`` runs in parallel (with per-row locks) when a step updates >= 1024 rows, which sums colliding rows
+in a varying order: bit-identical repeats then need ``tf.config.experimental.enable_op_determinism()``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import ml_collections
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.data.examples import noise_distribution, skipgram_pairs
+
+
+def _generator(seed: int, *words: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
+
+
+class NoiseSampler(tf.Module):
+    """Draws item indices from the SGNS noise ``P(i) = count_i^alpha / sum_j count_j^alpha`` (``noise_distribution``).
+
+    A categorical over the noise, sampled by inversion: a stateless uniform ``u`` in [0, 1) (keyed by ``seed``) maps
+    to the first index whose float64 CDF exceeds ``u`` (``tf.searchsorted``, O(log V) per draw). Chosen over
+    ``tf.random.fixed_unigram_candidate_sampler``, whose state lives in the kernel: stateless draws make a run exactly
+    reproducible and resumable from a checkpoint, and the CDF is a tensor rather than a V-long float list in the
+    graph. Pad / OOV (count 0) are never drawn.
+    """
+
+    def __init__(self, counts: np.ndarray, alpha: float = 0.75):
+        super().__init__(name="noise_sampler")
+        cdf = np.cumsum(noise_distribution(counts, alpha))
+        self.cdf = tf.constant(cdf / cdf[-1], tf.float64)  # last entry exactly 1, so every u < 1 finds an index
+
+    def sample(self, shape, seed: tf.Tensor) -> tf.Tensor:
+        """int32 indices of the given shape; ``seed`` is a stateless seed ``[2]`` (int32 or int64)."""
+        uniform = tf.random.stateless_uniform([tf.reduce_prod(shape)], seed=seed, dtype=tf.float64)
+        return tf.reshape(tf.searchsorted(self.cdf, uniform, side="right", out_type=tf.int32), shape)
+
+
+def epoch_pairs(users: np.ndarray, items: np.ndarray, counts: np.ndarray, config: ml_collections.ConfigDict,
+                epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffled (target, context) int32 arrays of one epoch: ``skipgram_pairs`` over time-ordered sequences
+    (``users``/``items`` already sorted by user, then time) with a fresh frequent-item subsample per epoch, as
+    word2vec draws it again on every pass."""
+    seed = int(_generator(config.seed, epoch, 0).integers(2**63))
+    pairs = skipgram_pairs(users, items, None, window=config.window, subsample=config.subsample or None,
+                           counts=counts, seed=seed)
+    order = _generator(config.seed, epoch, 1).permutation(len(pairs["target"]))
+    return pairs["target"][order], pairs["context"][order]
+
+
+SERIAL_SCATTER_ROWS = 1023
+
+
+def _scatter_sub(table: tf.Variable, rows: tf.Tensor, indices: tf.Tensor) -> None:
+    """``table[indices] -= rows`` (repeated indices accumulate), as several scatters of < 1024 rows each.
+
+    TensorFlow's CPU scatter switches to a parallel version with per-row locks from 1024 rows on; on two busy cores
+    it was 2-4x slower per row than the serial loop in our measurements, and it sums colliding rows in a varying
+    order. Below the threshold every scatter is serial, so the update is also deterministic. ``rows`` has a static
+    first dimension (the batch shape), so the chunks are fixed at trace time.
+    """
+    total = int(rows.shape[0])
+    for start in range(0, total, SERIAL_SCATTER_ROWS):
+        stop = min(start + SERIAL_SCATTER_ROWS, total)
+        table.scatter_sub(tf.IndexedSlices(rows[start:stop], indices[start:stop]))
+
+
+class EpochRunner(tf.Module):
+    """Runs SGD steps of one epoch's pairs on an ``Item2Vec`` model (see the module docstring)."""
+
+    def __init__(self, model, sampler: NoiseSampler, config: ml_collections.ConfigDict):
+        super().__init__(name="epoch_runner")
+        self.model, self.sampler = model, sampler
+        self.batch_size, self.negatives = int(config.batch_size), int(config.negatives)
+        self.group = int(model.negative_group)
+        self.seed = int(config.seed)
+        self.learning_rate, self.min_learning_rate = float(config.learning_rate), float(config.min_learning_rate)
+
+    def _step(self, targets: tf.Tensor, contexts: tf.Tensor, weights: tf.Tensor, seed: tf.Tensor,
+              learning_rate: tf.Tensor) -> tf.Tensor:
+        target_table = self.model.target_embedding.embeddings
+        context_table = self.model.context_embedding.embeddings
+        negatives = self.sampler.sample([self.batch_size // self.group, self.negatives], seed)
+        u = tf.gather(target_table, targets)
+        v = tf.gather(context_table, contexts)
+        n = tf.gather(context_table, negatives)
+        with tf.GradientTape() as tape:
+            tape.watch([u, v, n])
+            loss = tf.reduce_sum(self.model.pair_loss(u, v, n) * weights)
+            scaled = loss * learning_rate
+        du, dv, dn = tape.gradient(scaled, [u, v, n])
+        _scatter_sub(target_table, du, targets)
+        _scatter_sub(context_table, dv, contexts)
+        _scatter_sub(context_table, tf.reshape(dn, [-1, n.shape[-1]]), tf.reshape(negatives, [-1]))
+        return loss
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32),
+                                  tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32)])
+    def run(self, targets, contexts, weights, epoch, first_step, num_steps, progress, progress_per_step):
+        """Steps ``first_step .. first_step + num_steps - 1`` of the epoch (batches of the padded arrays); the
+        learning rate decays linearly with training progress (fraction of all epochs' steps done), as in word2vec.
+        Returns the summed loss."""
+        total = tf.constant(0.0)
+        for i in tf.range(num_steps):
+            step = first_step + i
+            start = tf.cast(step, tf.int32) * self.batch_size
+            fraction = tf.minimum(progress + tf.cast(i, tf.float32) * progress_per_step, 1.0)
+            learning_rate = self.learning_rate + (self.min_learning_rate - self.learning_rate) * fraction
+            seed = tf.stack([tf.constant(self.seed, tf.int64) * 100_003 + epoch, step])
+            batch = [tf.slice(x, [start], [self.batch_size]) for x in (targets, contexts, weights)]  # static shape
+            total += self._step(*batch, seed, learning_rate)
+        return total
+
+
+def padded(targets: np.ndarray, contexts: np.ndarray, batch_size: int):
+    """Pads an epoch to whole batches with weight-0 pairs; returns tensors (targets, contexts, weights) and steps."""
+    steps = max(-(-len(targets) // batch_size), 1)
+    extra = steps * batch_size - len(targets)
+    weights = np.concatenate([np.ones(len(targets), np.float32), np.zeros(extra, np.float32)])
+    fill = np.full(extra, 2, np.int32)  # any valid row: its gradient is multiplied by weight 0
+    return (tf.constant(np.concatenate([targets, fill]).astype(np.int32)),
+            tf.constant(np.concatenate([contexts, fill]).astype(np.int32)), tf.constant(weights), steps)
+
+
+def train_epochs(runner: EpochRunner, users: np.ndarray, items: np.ndarray, counts: np.ndarray,
+                 config: ml_collections.ConfigDict, state: dict, manager: Optional[tf.train.CheckpointManager]):
+    """Trains from ``state`` (``epoch`` and ``step`` tf.Variables: the next step to run) to the end, logging loss,
+    learning rate and pairs/s every ``log_every_steps`` and checkpointing every ``checkpoint_every_steps``."""
+    chunk = max(int(config.log_every_steps), 1)
+    while int(state["epoch"]) < config.epochs:
+        epoch = int(state["epoch"])
+        targets, contexts = epoch_pairs(users, items, counts, config, epoch)
+        if len(targets) == 0:
+            raise ValueError("no skip-gram pairs: every user has fewer than two (kept) known items")
+        tensors = padded(targets, contexts, config.batch_size)
+        steps = tensors[3]
+        since_save = 0
+        while int(state["step"]) < steps:
+            first = int(state["step"])
+            count = min(chunk, steps - first)
+            started = time.perf_counter()
+            loss = runner.run(*tensors[:3], tf.constant(epoch, tf.int64), tf.constant(first, tf.int64),
+                              tf.constant(count, tf.int64), tf.constant((epoch + first / steps) / config.epochs),
+                              tf.constant(1.0 / (steps * config.epochs)))
+            seconds = time.perf_counter() - started
+            pairs = min(count * config.batch_size, len(targets) - first * config.batch_size)
+            state["step"].assign(first + count)
+            logging.info("item2vec epoch %d/%d step %d/%d  loss %.4f  %.0f pairs/s", epoch + 1, config.epochs,
+                         first + count, steps, float(loss) / max(pairs, 1), pairs / max(seconds, 1e-9))
+            since_save += count
+            if manager is not None and since_save >= config.checkpoint_every_steps and first + count < steps:
+                manager.save()
+                since_save = 0
+        state["epoch"].assign(epoch + 1)
+        state["step"].assign(0)
+        if manager is not None:
+            manager.save()
