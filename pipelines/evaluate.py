@@ -15,7 +15,6 @@ from absl import flags
 
 from retrieval import cli
 from retrieval.errors import InputError
-from retrieval.evaluation import runs
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory to evaluate (holds data/, user_tower/, "
                                "item_embeddings.parquet, manifest.json); the report is written into it.")
@@ -50,9 +49,12 @@ def main(argv: Sequence[str]) -> None:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not _RUN_DIR.value:
         raise InputError("--run_dir is required", field="run_dir")
+    ks = _ints(_KS.value, "ks") if _KS.value else None
+    from retrieval.evaluation import runs  # TensorFlow loads only now: --help and flag errors stay instant
+
     baselines = _BASELINES.value
     metrics = runs.evaluate_run(
-        _RUN_DIR.value, ks=_ints(_KS.value, "ks") if _KS.value else None, test_path=_TEST_PATH.value,
+        _RUN_DIR.value, ks=ks, test_path=_TEST_PATH.value,
         exclude_train=False if _INCLUDE_TRAIN.value else None,
         baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
         ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value)
@@ -60,6 +62,7 @@ def main(argv: Sequence[str]) -> None:
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
           f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "
           f"ndcg@{k}={metrics.get(f'ndcg@{k}', float('nan')):.4f}; report: {_RUN_DIR.value}/report.md")
+
 
 if __name__ == "__main__":
     cli.run(main)

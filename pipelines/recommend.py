@@ -14,7 +14,6 @@ from absl import flags
 
 from retrieval import cli
 from retrieval.errors import InputError
-from retrieval.evaluation import inference
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
                                "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")
@@ -32,6 +31,10 @@ def main(argv: Sequence[str]) -> None:
     for flag in (_RUN_DIR, _OUTPUT):
         if not flag.value:
             raise InputError(f"--{flag.name} is required", field=flag.name)
+    if _K.value < 1:
+        raise InputError(f"--k must be at least 1, got {_K.value}", field="k")
+    from retrieval.evaluation import inference  # TensorFlow loads only now: --help and flag errors stay instant
+
     users = inference.read_user_list(_USERS.value) if _USERS.value else None
     table = inference.recommend(_RUN_DIR.value, k=_K.value, user_ids=users, exclude_train=not _INCLUDE_TRAIN.value)
     inference.write_recommendations(table, _OUTPUT.value)
