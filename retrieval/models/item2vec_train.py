@@ -91,7 +91,7 @@ class EpochRunner(tf.Module):
         self.model, self.sampler = model, sampler
         self.batch_size, self.negatives = int(config.batch_size), int(config.negatives)
         self.group = int(model.negative_group)
-        self.seed = int(config.seed)
+        self.seed, self.epochs = int(config.seed), int(config.epochs)
         self.learning_rate, self.min_learning_rate = float(config.learning_rate), float(config.min_learning_rate)
 
     def _step(self, targets: tf.Tensor, contexts: tf.Tensor, weights: tf.Tensor, seed: tf.Tensor,
@@ -113,20 +113,21 @@ class EpochRunner(tf.Module):
         return loss
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32),
-                                  tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.float32)])
-    def run(self, targets, contexts, weights, epoch, first_step, num_steps, progress, progress_per_step):
-        """Steps ``first_step .. first_step + num_steps - 1`` of the epoch (batches of the padded arrays); the
-        learning rate decays linearly with training progress (fraction of all epochs' steps done), as in word2vec.
-        Returns the summed loss."""
+                                  tf.TensorSpec([None], tf.float32)] + [tf.TensorSpec([], tf.int64)] * 4)
+    def run(self, targets, contexts, weights, epoch, first_step, num_steps, steps_in_epoch):
+        """Steps ``first_step .. first_step + num_steps - 1`` of epoch ``epoch`` (batches of the padded arrays;
+        ``steps_in_epoch`` batches in all); returns the summed loss. The learning rate decays linearly with the
+        fraction of all steps done, ``(epoch + step / steps_in_epoch) / epochs``, as word2vec's does with words
+        processed; it depends on the step only, so a resumed run continues the same schedule."""
         total = tf.constant(0.0)
         for i in tf.range(num_steps):
             step = first_step + i
-            start = tf.cast(step, tf.int32) * self.batch_size
-            fraction = tf.minimum(progress + tf.cast(i, tf.float32) * progress_per_step, 1.0)
-            learning_rate = self.learning_rate + (self.min_learning_rate - self.learning_rate) * fraction
+            fraction = (tf.cast(epoch, tf.float64) + tf.cast(step, tf.float64) / tf.cast(steps_in_epoch, tf.float64)
+                        ) / self.epochs
+            learning_rate = tf.cast(self.learning_rate + (self.min_learning_rate - self.learning_rate) * fraction,
+                                    tf.float32)
             seed = tf.stack([tf.constant(self.seed, tf.int64) * 100_003 + epoch, step])
+            start = tf.cast(step, tf.int32) * self.batch_size
             batch = [tf.slice(x, [start], [self.batch_size]) for x in (targets, contexts, weights)]  # static shape
             total += self._step(*batch, seed, learning_rate)
         return total
@@ -159,14 +160,15 @@ def train_epochs(runner: EpochRunner, users: np.ndarray, items: np.ndarray, coun
             first = int(state["step"])
             count = min(chunk, steps - first)
             started = time.perf_counter()
-            loss = runner.run(*tensors[:3], tf.constant(epoch, tf.int64), tf.constant(first, tf.int64),
-                              tf.constant(count, tf.int64), tf.constant((epoch + first / steps) / config.epochs),
-                              tf.constant(1.0 / (steps * config.epochs)))
+            loss = runner.run(*tensors[:3], *(tf.constant(x, tf.int64) for x in (epoch, first, count, steps)))
             seconds = time.perf_counter() - started
             pairs = min(count * config.batch_size, len(targets) - first * config.batch_size)
             state["step"].assign(first + count)
-            logging.info("item2vec epoch %d/%d step %d/%d  loss %.4f  %.0f pairs/s", epoch + 1, config.epochs,
-                         first + count, steps, float(loss) / max(pairs, 1), pairs / max(seconds, 1e-9))
+            fraction = (epoch + (first + count) / steps) / config.epochs
+            logging.info("item2vec epoch %d/%d step %d/%d  loss %.4f  lr %.3g  %.0f pairs/s", epoch + 1,
+                         config.epochs, first + count, steps, float(loss) / max(pairs, 1),
+                         config.learning_rate + (config.min_learning_rate - config.learning_rate) * fraction,
+                         pairs / max(seconds, 1e-9))
             since_save += count
             if manager is not None and since_save >= config.checkpoint_every_steps and first + count < steps:
                 manager.save()

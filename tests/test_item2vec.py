@@ -1,0 +1,209 @@
+"""Item2Vec: planted-cluster recovery, the noise distribution, the grouped loss and the sparse SGD step against
+references, determinism and exact resumption, export round trip, the two-tower initializer."""
+
+from unittest import mock
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import retrieval  # noqa: F401
+from retrieval.data import Vocabulary
+from retrieval.errors import InputError
+from retrieval.export import load_user_encoder, read_item_embeddings
+from retrieval.losses import sgns
+from retrieval.models import item2vec, item2vec_train
+
+NUM_CLUSTERS, CLUSTER_SIZE = 4, 12
+
+
+def _planted(num_users=240, length=16, seed=0):
+    """Each user's sequence draws items from one cluster (Zipf-like popularity inside the cluster)."""
+    rng = np.random.default_rng(seed)
+    cluster = rng.integers(NUM_CLUSTERS, size=num_users)
+    weights = 1.0 / np.arange(1, CLUSTER_SIZE + 1) ** 0.5
+    within = rng.choice(CLUSTER_SIZE, size=(num_users, length), p=weights / weights.sum())
+    items = np.char.add("i", (cluster[:, None] * CLUSTER_SIZE + within).astype(str)).ravel()
+    users = np.repeat(np.arange(num_users), length)
+    vocab = Vocabulary.from_ids(items)
+    return users, vocab.lookup(items), np.tile(np.arange(length), num_users), vocab
+
+
+def _config(**overrides):
+    config = item2vec.default_item2vec_config()
+    config.update(dict(dim=16, window=3, negatives=5, negative_group=8, subsample=0.0, epochs=4, batch_size=128,
+                       learning_rate=0.05, log_every_steps=20, checkpoint_every_steps=20, seed=3))
+    config.update(overrides)
+    return config
+
+
+@pytest.fixture(scope="module")
+def planted():
+    users, items, times, vocab = _planted()
+    return users, items, times, vocab, item2vec.train_item2vec(_config(), users, items, times, vocab)
+
+
+def _cluster_of(vocab):
+    return np.array([int(i[1:]) // CLUSTER_SIZE for i in vocab.ids[2:]])
+
+
+def test_planted_clusters_are_recovered(planted):
+    _, _, _, vocab, vectors = planted
+    unit = vectors[2:] / np.linalg.norm(vectors[2:], axis=1, keepdims=True)
+    cosine = unit @ unit.T
+    cluster = _cluster_of(vocab)
+    same = cluster[:, None] == cluster[None, :]
+    off_diagonal = ~np.eye(len(cluster), dtype=bool)
+    within, between = cosine[same & off_diagonal].mean(), cosine[~same].mean()
+    assert within - between > 0.5, (within, between)
+    # Nearest neighbours: every item's 5 most similar items are of its own cluster.
+    np.fill_diagonal(cosine, -np.inf)
+    neighbours = np.argsort(-cosine, axis=1)[:, :5]
+    assert (cluster[neighbours] == cluster[:, None]).mean() > 0.95
+
+
+def test_untrained_vectors_show_no_clusters(planted):
+    """The statistic above is not satisfied by the initialisation (so it measures training)."""
+    _, _, _, vocab, _ = planted
+    vectors = item2vec.Item2Vec(vocab.size, 16, seed=3).vectors()
+    unit = vectors[2:] / np.linalg.norm(vectors[2:], axis=1, keepdims=True)
+    cluster = _cluster_of(vocab)
+    same = cluster[:, None] == cluster[None, :]
+    cosine = unit @ unit.T
+    assert abs(cosine[same & ~np.eye(len(cluster), dtype=bool)].mean() - cosine[~same].mean()) < 0.1
+
+
+def test_noise_sampler_matches_count_power(planted):
+    counts = np.array([0, 0, 1000, 300, 80, 20, 5, 1, 0, 7], np.int64)  # index 8: a zero count, never drawn
+    sampler = item2vec_train.NoiseSampler(counts, 0.75)
+    draws = sampler.sample([400, 500], tf.constant([7, 11], tf.int64)).numpy().ravel()
+    observed = np.bincount(draws, minlength=len(counts))
+    assert observed[[0, 1, 8]].sum() == 0
+    support = counts > 0
+    expected = len(draws) * counts[support] ** 0.75 / (counts[support] ** 0.75).sum()
+    chi2 = ((observed[support] - expected) ** 2 / expected).sum()
+    dof = support.sum() - 1
+    assert chi2 < dof + 5 * np.sqrt(2 * dof), chi2
+    # The same draws are far from the undistorted unigram distribution (the test can fail).
+    unigram = len(draws) * counts[support] / counts[support].sum()
+    assert ((observed[support] - unigram) ** 2 / unigram).sum() > 100 * (dof + 5 * np.sqrt(2 * dof))
+    # Stateless: the same seed gives the same draws, another seed others.
+    again = sampler.sample([400, 500], tf.constant([7, 11], tf.int64)).numpy().ravel()
+    other = sampler.sample([400, 500], tf.constant([7, 12], tf.int64)).numpy().ravel()
+    assert np.array_equal(draws, again) and not np.array_equal(draws, other)
+
+
+def test_training_draws_negatives_from_the_configured_noise(planted):
+    users, items, times, vocab, _ = planted
+    with mock.patch.object(item2vec_train, "NoiseSampler", wraps=item2vec_train.NoiseSampler) as spy, \
+            mock.patch.object(item2vec_train, "train_epochs"):
+        item2vec.train_item2vec(_config(noise_exponent=0.5), users, items, times, vocab)
+    (counts, alpha), _ = spy.call_args
+    assert np.array_equal(counts, vocab.counts) and alpha == 0.5
+
+
+def test_grouped_loss_equals_sgns_with_repeated_negatives():
+    rng = np.random.default_rng(0)
+    target, context = (tf.constant(rng.normal(size=(12, 6)), tf.float32) for _ in range(2))
+    negatives = tf.constant(rng.normal(size=(3, 5, 6)), tf.float32)  # 3 groups of 4 pairs
+    grouped = item2vec.Item2Vec(10, 6, negative_group=4).pair_loss(target, context, negatives)
+    reference = sgns(target, context, tf.repeat(negatives, 4, axis=0))
+    np.testing.assert_allclose(grouped.numpy(), reference.numpy(), rtol=1e-5)
+
+
+def test_step_is_sgd_on_the_summed_loss():
+    """One sparse step (gather -> grads of the gathered rows -> scatter_sub) equals dense SGD on the full tables,
+    with repeated indices accumulating."""
+    config = _config(batch_size=8, negative_group=4, negatives=3)
+    counts = np.array([0, 0, 9, 5, 4, 3, 2, 1])
+    model = item2vec.Item2Vec(8, 4, negative_group=4, seed=1)
+    model.context_embedding.embeddings.assign(tf.random.stateless_normal([8, 4], seed=[1, 2]))
+    runner = item2vec_train.EpochRunner(model, item2vec_train.NoiseSampler(counts), config)
+    targets, contexts = tf.constant([2, 3, 2, 4, 5, 2, 7, 6]), tf.constant([3, 2, 4, 2, 2, 6, 3, 3])
+    weights, seed, lr = tf.constant([1.0] * 7 + [0.0]), tf.constant([5, 6], tf.int64), tf.constant(0.1)
+    before = [v.numpy() for v in (model.target_embedding.embeddings, model.context_embedding.embeddings)]
+    negatives = runner.sampler.sample([2, 3], seed)
+    tables = [tf.Variable(b) for b in before]
+    with tf.GradientTape() as tape:
+        loss = model.pair_loss(tf.gather(tables[0], targets), tf.gather(tables[1], contexts),
+                               tf.gather(tables[1], negatives))
+        total = tf.reduce_sum(loss * weights)
+    expected = [b - lr.numpy() * tf.convert_to_tensor(g).numpy()
+                for b, g in zip(before, tape.gradient(total, tables), strict=True)]
+    got_loss = runner._step(targets, contexts, weights, seed, lr)
+    np.testing.assert_allclose(got_loss.numpy(), total.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(model.target_embedding.embeddings.numpy(), expected[0], atol=1e-6)
+    np.testing.assert_allclose(model.context_embedding.embeddings.numpy(), expected[1], atol=1e-6)
+
+
+def test_deterministic_under_a_seed(planted):
+    users, items, times, vocab, vectors = planted
+    again = item2vec.train_item2vec(_config(), users, items, times, vocab)
+    other = item2vec.train_item2vec(_config(seed=4), users, items, times, vocab)
+    assert np.array_equal(vectors, again)
+    assert not np.allclose(vectors, other)
+
+
+def test_resume_continues_the_same_run(planted, tmp_path):
+    """Interrupted mid-epoch and resumed from the checkpoint: the same vectors as the uninterrupted run; a finished
+    run returns its vectors without training. (Also exercises subsampling and scatter chunks.)"""
+    users, items, times, vocab, _ = planted
+    config = _config(subsample=0.02, batch_size=2048, negative_group=64, epochs=2, log_every_steps=1,
+                     checkpoint_every_steps=1)
+    straight = item2vec.train_item2vec(config, users, items, times, vocab)
+    real_run, calls = item2vec_train.EpochRunner.run, []
+
+    def interrupted(self, *args):
+        calls.append(args[3].numpy())
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_run.__get__(self, type(self))(*args)
+
+    with mock.patch.object(item2vec_train.EpochRunner, "run", interrupted), pytest.raises(KeyboardInterrupt):
+        item2vec.train_item2vec(config, users, items, times, vocab, checkpoint_dir=tmp_path)
+    resumed = item2vec.train_item2vec(config, users, items, times, vocab, checkpoint_dir=tmp_path)
+    np.testing.assert_array_equal(resumed, straight)
+    with mock.patch.object(item2vec_train, "train_epochs", side_effect=AssertionError("trained again")):
+        np.testing.assert_array_equal(item2vec.train_item2vec(config, users, items, times, vocab,
+                                                              checkpoint_dir=tmp_path), straight)
+
+
+def test_export_round_trip(planted, tmp_path):
+    _, _, _, vocab, vectors = planted
+    fields = item2vec.export_item2vec(vectors, vocab, tmp_path, max_history=4)
+    assert fields == {"metric": "cosine", "max_history": 4, "dimension": 16}
+    ids, stored = read_item_embeddings(tmp_path / "item_embeddings.parquet")
+    assert list(ids) == list(vocab.ids[2:])
+    np.testing.assert_array_equal(stored, vectors[2:])
+    encoder = load_user_encoder(tmp_path)
+    histories = [["i3", "i0", "i5"], ["i7", "unknown", ""], ["i1", "i2", "i4", "i6", "i8"], []]
+    got = encoder.encode(["u1", "u2", "u3", "u4"], histories)
+    lookup = dict(zip(vocab.ids[2:], vectors[2:], strict=True))
+    expected = [np.mean([lookup[i] for i in h[:4] if i in lookup], axis=0) if h else np.zeros(16) for h in histories]
+    np.testing.assert_allclose(got, np.array(expected), atol=1e-6)
+
+
+def test_export_rejects_misaligned_vectors(planted, tmp_path):
+    _, _, _, vocab, vectors = planted
+    with pytest.raises(InputError):
+        item2vec.export_item2vec(vectors[2:], vocab, tmp_path, max_history=4)
+
+
+def test_initializer_starts_a_table_from_the_vectors(planted):
+    _, _, _, vocab, vectors = planted
+    layer = tf.keras.layers.Embedding(vocab.size, 16, embeddings_initializer=item2vec.item2vec_initializer(vectors))
+    layer.build(None)
+    np.testing.assert_array_equal(layer.embeddings.numpy(), vectors)
+    scaled = item2vec.item2vec_initializer(vectors, norm=0.2)([vocab.size, 16]).numpy()
+    assert np.linalg.norm(scaled[2:], axis=1).mean() == pytest.approx(0.2, rel=1e-5)
+    np.testing.assert_allclose(scaled[2:] / np.linalg.norm(scaled[2:], axis=1, keepdims=True),
+                               vectors[2:] / np.linalg.norm(vectors[2:], axis=1, keepdims=True), atol=1e-6)
+    with pytest.raises(InputError):
+        item2vec.item2vec_initializer(vectors)([vocab.size, 8])
+
+
+@pytest.mark.parametrize("key,value", [("negative_group", 3), ("window", 0), ("vectors", "output")])
+def test_config_errors_are_input_errors(planted, key, value):
+    users, items, times, vocab, _ = planted
+    with pytest.raises(InputError):
+        item2vec.train_item2vec(_config(**{key: value}), users, items, times, vocab)
