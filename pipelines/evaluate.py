@@ -2,9 +2,9 @@
 
     python -m pipelines.evaluate --run_dir=artifacts/two_tower/latest [--test_path=test.csv] [--ks=10,20,50,100]
 
-Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run directory (atomically) and prints the
-headline numbers. Settings not given on the command line come from the run's ``config.json``. Exit codes: see
-``retrieval.cli`` (2 for bad input).
+Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run directory, or ``--output_dir``
+(atomically), and prints the headline numbers. Settings not given on the command line come from the run's
+``config.json``. Exit codes: see ``retrieval.cli`` (2 for bad input).
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ _ANN_INDEX = flags.DEFINE_string("ann_index", None, "Optional FAISS index file, 
 _ANN_OFFSET = flags.DEFINE_integer("ann_index_offset", 0, "Added to the index's ids to get vocabulary item indices: 0 "
                                    "for the run's own index (it stores vocabulary indices), 2 for a plain index over "
                                    "the rows of item_embeddings.parquet.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write metrics.json, report.md and recall_at_k.png. "
+                                  "Default: the run directory. Use another directory when evaluating a published run "
+                                  "on other data, so the metrics its quality gate compares against stay unchanged.")
 _COMPARE = flags.DEFINE_string("compare_run_dir", None, "Optional second run evaluated on the same users; reports a "
                                "paired comparison (difference, 95% interval, p-value) under paired/compare/.")
 
@@ -57,11 +60,13 @@ def main(argv: Sequence[str]) -> None:
         _RUN_DIR.value, ks=ks, test_path=_TEST_PATH.value,
         exclude_train=False if _INCLUDE_TRAIN.value else None,
         baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
-        ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value)
+        ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value,
+        output_dir=_OUTPUT_DIR.value)
     k = metrics["protocol/ks"][min(1, len(metrics["protocol/ks"]) - 1)]
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
           f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "
-          f"ndcg@{k}={metrics.get(f'ndcg@{k}', float('nan')):.4f}; report: {_RUN_DIR.value}/report.md")
+          f"ndcg@{k}={metrics.get(f'ndcg@{k}', float('nan')):.4f}; "
+          f"report: {_OUTPUT_DIR.value or _RUN_DIR.value}/report.md")
 
 
 if __name__ == "__main__":

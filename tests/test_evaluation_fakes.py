@@ -25,7 +25,8 @@ ITEMS = np.array([f"i{i:02d}" for i in range(N_CLUSTERS * PER_CLUSTER)])
 class MeanEncoder(tf.Module):
     def __init__(self, item_ids, vectors, metric="dot"):
         super().__init__()
-        init = tf.lookup.KeyValueTensorInitializer(tf.constant(item_ids), tf.range(1, len(item_ids) + 1, dtype=tf.int64))
+        rows = tf.range(1, len(item_ids) + 1, dtype=tf.int64)
+        init = tf.lookup.KeyValueTensorInitializer(tf.constant(item_ids), rows)
         self.table = tf.lookup.StaticHashTable(init, default_value=0)  # 0: unknown or "" padding
         self.vectors = tf.Variable(np.concatenate([np.zeros((1, vectors.shape[1])), vectors]).astype(np.float32))
         self.max_history = tf.Variable(MAX_HISTORY)

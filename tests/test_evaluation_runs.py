@@ -97,7 +97,8 @@ def test_explicit_settings_and_errors(run, tmp_path):
     test_file = tmp_path / "test.csv"
     interactions()[1].iloc[:10].to_csv(test_file, index=False)
     m = runs.evaluate_run(paths.root, ks=[3], test_path=str(test_file), baselines=["most_popular"], n_bootstrap=0,
-                          write=False)
+                          output_dir=str(tmp_path / "elsewhere"))
+    assert (tmp_path / "elsewhere" / "report.md").exists() and "recall@3" not in paths.metrics.read_text()
     assert m["protocol"] == f"explicit test file {test_file}" and m["count/eval_users"] == 5
     assert "recall@3_ci_low" not in m and "baseline/random/recall@3" not in m
     with pytest.raises(InputError, match="unknown baselines"):

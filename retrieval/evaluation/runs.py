@@ -51,7 +51,8 @@ def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> 
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
                  exclude_train: Optional[bool] = None, baselines: Optional[Sequence[str]] = None,
                  n_bootstrap: Optional[int] = None, seed: Optional[int] = None, ann_index_path: Optional[str] = None,
-                 ann_index_offset: int = 0, compare_run_dir: Optional[str] = None, write: bool = True, head_share: float = 0.8,
+                 ann_index_offset: int = 0, compare_run_dir: Optional[str] = None, write: bool = True,
+                 output_dir: Optional[str] = None, head_share: float = 0.8,
                  max_block_bytes: int = 256 << 20) -> dict:
     """Evaluates the run in ``run_dir`` on its test split (or ``test_path``); returns the flat metrics.
 
@@ -69,7 +70,9 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         vocabulary indices), 2 for a plain index over the rows of ``item_embeddings.parquet``.
       compare_run_dir: another run, evaluated on the same users and catalogue, reported under ``compare/`` and
         compared per user with this one under ``paired/compare/``.
-      write: write metrics.json, report.md and recall_at_k.png into the run.
+      write: write metrics.json, report.md and recall_at_k.png.
+      output_dir: where to write them (default: the run directory; the quality gate of later runs compares with the
+        published run's metrics.json, so evaluate a published run on other data into another directory).
       head_share: share of training interactions in the popularity head (tail metrics).
       max_block_bytes: memory bound of one block of scores.
     """
@@ -93,8 +96,8 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
     result = evaluator.evaluate(
         user_vectors, model.item_vectors, data.train, data.test, settings["ks"], popularity=data.popularity,
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
-        n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index, ann_index_offset=ann_index_offset,
-        head_share=head_share,
+        n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index,
+        ann_index_offset=ann_index_offset, head_share=head_share,
         max_block_bytes=max_block_bytes)
     result.update(data.counts)
     result.update({"protocol": description, "protocol/split": split, "protocol/metric": model.metric,
@@ -102,5 +105,5 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
     if compare_run_dir:
         result["protocol/compare_run"] = str(compare_run_dir)
     if write:
-        report.write(paths.root, result)
+        report.write(output_dir or paths.root, result)
     return result
