@@ -90,7 +90,7 @@ def render_markdown(metrics: Mapping) -> str:
 
 
 def plot_recall(metrics: Mapping, path: Path) -> None:
-    """recall@k against k for every system (the model with its 95% interval), written atomically as PNG."""
+    """recall@k against k for every system (shaded: 95% bootstrap interval), written atomically as PNG."""
     ks = metrics["protocol/ks"]
     figure = Figure(figsize=(6, 4), dpi=120)
     FigureCanvasAgg(figure)
@@ -98,10 +98,10 @@ def plot_recall(metrics: Mapping, path: Path) -> None:
     for name, prefix in _systems(metrics):
         if f"{prefix}recall@{ks[0]}" not in metrics:
             continue
-        axes.plot(ks, [metrics[f"{prefix}recall@{k}"] for k in ks], marker="o", label=name)
+        (line,) = axes.plot(ks, [metrics[f"{prefix}recall@{k}"] for k in ks], marker="o", label=name)
         if f"{prefix}recall@{ks[0]}_ci_low" in metrics:
             axes.fill_between(ks, [metrics[f"{prefix}recall@{k}_ci_low"] for k in ks],
-                              [metrics[f"{prefix}recall@{k}_ci_high"] for k in ks], alpha=0.2)
+                              [metrics[f"{prefix}recall@{k}_ci_high"] for k in ks], color=line.get_color(), alpha=0.2)
     axes.set_xlabel("k")
     axes.set_ylabel("recall@k")
     axes.set_title(f"recall@k, {metrics['count/eval_users']} users, full corpus", fontsize=10)
