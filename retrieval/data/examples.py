@@ -172,20 +172,28 @@ def noise_distribution(counts: np.ndarray, alpha: float = 0.75) -> np.ndarray:
 
 def to_dataset(arrays: Mapping[str, np.ndarray], batch_size: int, shuffle: bool = True, seed: int = 0,
                drop_remainder: bool = False, repeat: bool = False, buffer_size: Optional[int] = None):
-    """``tf.data.Dataset`` of dict batches from equal-length arrays: from_tensor_slices -> shuffle -> (repeat) ->
-    batch -> prefetch.
+    """``tf.data.Dataset`` of dict batches from equal-length arrays: range -> shuffle -> (repeat) -> batch of row
+    numbers -> one gather per array -> prefetch.
 
-    The shuffle buffer defaults to the whole array (a uniform permutation) with ``seed`` and a new order each epoch
-    (``reshuffle_each_iteration``); two pipelines built with the same seed yield identical batches.
+    Shuffling row numbers and gathering whole batches gives the batches of ``from_tensor_slices(arrays).shuffle(...)
+    .batch(...)`` (same seed, same order) at a fraction of the cost: the per-element work of the shuffle touches one
+    int64 instead of every array's row. The shuffle buffer defaults to the whole array (a uniform permutation) with
+    ``seed`` and a new order each epoch (``reshuffle_each_iteration``); two pipelines built with the same seed yield
+    identical batches.
     """
     import tensorflow as tf
 
     sizes = {len(v) for v in arrays.values()}
     if len(sizes) != 1:
         raise ValueError(f"arrays must have one common length, got {sorted(sizes)}")
-    dataset = tf.data.Dataset.from_tensor_slices(dict(arrays))
+    size = sizes.pop()
+    tensors = {key: tf.constant(value) for key, value in arrays.items()}
+    rows = tf.data.Dataset.range(size)
     if shuffle:
-        dataset = dataset.shuffle(buffer_size or max(sizes.pop(), 1), seed=seed, reshuffle_each_iteration=True)
+        rows = rows.shuffle(buffer_size or max(size, 1), seed=seed, reshuffle_each_iteration=True)
     if repeat:
-        dataset = dataset.repeat()
-    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+        rows = rows.repeat()
+    rows = rows.batch(batch_size, drop_remainder=drop_remainder)
+    batches = rows.map(lambda index: {key: tf.gather(tensor, index) for key, tensor in tensors.items()},
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return batches.prefetch(tf.data.AUTOTUNE)
