@@ -1,0 +1,13 @@
+"""Smoke run of the quality benchmark, so it does not rot (the real figures come from `make bench`)."""
+
+from benchmarks import bench_quality
+
+
+def test_bench_quality_smoke():
+    rows = bench_quality.run(smoke=True)
+    assert [row["model"] for row in rows] == [name for name, _, _ in bench_quality.VARIANTS] + [
+        "most-popular", "item-knn"]
+    for row in rows:
+        assert 0.0 <= row["recall@20"] <= row["recall@50"] <= 1.0
+        assert 0.0 <= row["ndcg@20"] <= 1.0
+        assert row["protocol"] == bench_quality.PROTOCOL
