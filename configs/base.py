@@ -49,8 +49,9 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.temporal_quantile = 0.9
     # random: fraction of each user's interactions held out for test.
     config.data.holdout_fraction = 0.2
-    # Test interactions whose user or item is unknown to training: "drop" (counted and reported) or "fail".
-    config.data.unknown_policy = "drop"
+    # Test interactions whose user or item is unknown to training: "keep" (the evaluation counts unknown items and
+    # reports cold-start users separately), "drop" (removed; the count is in the prepare stage's summary) or "fail".
+    config.data.unknown_policy = "keep"
     # Items seen fewer times than this in training are out of vocabulary.
     config.data.min_item_count = 1
 
