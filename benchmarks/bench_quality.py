@@ -76,7 +76,7 @@ def run(smoke: bool, dataset: str = "ml-100k") -> list[dict]:
         rows, metrics = [], {}
         for name, module, overrides in VARIANTS:
             config = _config(module, data_path, fmt, overrides, smoke)
-            job = TrainingJob(config, str(tmp / "runs"), run_id=module + str(len(rows)))
+            job = TrainingJob(config, str(tmp / f"runs{len(rows)}"), run_id=module)
             start = time.perf_counter()
             job.run()
             seconds = time.perf_counter() - start
