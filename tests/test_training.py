@@ -56,6 +56,8 @@ def test_schedule_warms_up_then_follows_the_cosine():
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-5)
     constant = training.learning_rate(train_config(schedule="constant", warmup_steps=0, learning_rate=0.3), 100)
     assert constant == 0.3
+    warm = training.learning_rate(train_config(schedule="constant", warmup_steps=4, learning_rate=0.3), 100)
+    assert [float(warm(s)) for s in (2, 4, 50, 100)] == pytest.approx([0.15, 0.3, 0.3, 0.3], rel=1e-6)
     with pytest.raises(InputError):
         training.learning_rate(train_config(schedule="step"), 100)
     with pytest.raises(InputError):
