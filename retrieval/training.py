@@ -43,7 +43,8 @@ def default_train_config() -> ml_collections.ConfigDict:
     """Returns the documented default training configuration (the ``config.train`` section)."""
     config = ml_collections.ConfigDict()
     # Passes over the training examples; training runs exactly epochs * ceil(examples / batch_size) steps.
-    config.epochs = 10
+    # (Validation recall plateaus after 4-8 epochs on the bundled data and MovieLens-1M.)
+    config.epochs = 8
     # Global batch size (split across replicas). In-batch negatives: larger batches give more negatives.
     config.batch_size = 1024
     # Optimizer: "adam" or "adagrad", its peak learning rate and decoupled weight decay (AdamW-style; 0: none;

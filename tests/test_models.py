@@ -158,20 +158,25 @@ def test_in_batch_static_log_q_matches_tfrs_sampling_correction(vocabs, batch):
     np.testing.assert_allclose(loss, reference.numpy(), rtol=1e-5)
 
 
-def test_mixed_negatives_use_the_mixture_correction(vocabs, batch):
-    """Reference: TFRS Retrieval over batch + sampled columns with Q = Q_batch + Q_sampler for every column."""
+@pytest.mark.parametrize("log_q", ["streaming", "static"])
+def test_mixed_negatives_use_the_mixture_correction(vocabs, batch, log_q):
+    """Reference: TFRS Retrieval over batch + sampled columns with Q = Q_batch + Q_sampler for every column, both
+    expected counts (streaming: probability of being in a batch; static: B * count / total)."""
     items, users = vocabs
-    model = build_model(small_config(log_q="streaming", num_negatives=4), items, users)
+    model = build_model(small_config(log_q=log_q, num_negatives=4), items, users)
     objective = model.objective
     labels = tf.constant(batch["label"])
     drawn = objective.sampler.sample(labels)
     objective.sampler.sample = lambda _: drawn  # replay one draw in the model and the reference
-    objective.estimator.update(labels)
-    loss, query = per_example(model, batch)
     sampled_ids, sampled_log_q, true_log_q = (t.numpy() for t in drawn)
-    batch_q = objective.estimator.probability(tf.constant(np.r_[batch["label"], sampled_ids])).numpy()
-    sampler_q = np.exp(np.r_[true_log_q, sampled_log_q])
     ids = np.r_[batch["label"], sampled_ids]
+    if log_q == "streaming":
+        objective.estimator.update(labels)
+        batch_q = objective.estimator.probability(tf.constant(ids)).numpy()
+    else:
+        batch_q = B * items.counts[ids] / items.counts.sum()
+    loss, query = per_example(model, batch)
+    sampler_q = np.exp(np.r_[true_log_q, sampled_log_q])
     q = batch_q + sampler_q
     task = tfrs.tasks.Retrieval(temperature=0.5, remove_accidental_hits=True, loss=tf.keras.losses.
                                 CategoricalCrossentropy(from_logits=True, reduction="none"))
@@ -258,8 +263,7 @@ def test_bad_config_is_an_input_error(vocabs, field, value):
         build_model(config, *vocabs)
 
 
-@pytest.mark.parametrize("objective", [dict(name="in_batch", log_q="static", num_negatives=2),
-                                       dict(name="in_batch", output_table=True),
+@pytest.mark.parametrize("objective", [dict(name="in_batch", output_table=True),
                                        dict(name="sampled_softmax", num_negatives=0)])
 def test_inconsistent_objective_is_an_input_error(vocabs, objective):
     with pytest.raises(InputError):

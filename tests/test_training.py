@@ -34,6 +34,7 @@ def model_config():
     config = default_config()
     config.embedding_dim, config.item_tower.id_embedding_dim = 6, 6
     config.user_tower.hidden_units = (8,)
+    config.objective.log_q = "streaming"
     return config
 
 

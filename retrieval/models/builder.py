@@ -43,9 +43,6 @@ def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.La
             raise InputError("sampled_softmax needs num_negatives >= 1", field="model.objective.num_negatives")
         return SampledSoftmax(candidates, _sampler(config, item_vocab), config.temperature)
     _check_choice(objective.log_q, config_lib.LOG_Q_MODES, "model.objective.log_q")
-    if objective.log_q == "static" and objective.num_negatives > 0:
-        raise InputError("mixed negatives need a per-batch log-Q on the sampler's expected-count scale: use log_q "
-                         "'streaming' (or 'none')", field="model.objective.log_q")
     estimator = None
     if objective.log_q == "streaming":
         estimator = StreamingFrequencyEstimator(objective.estimator_buckets or item_vocab.size,

@@ -9,7 +9,7 @@ arithmetic; the model reduces the per-example losses by the global batch size.
 * ``InBatchSoftmax``: the other positives of the *global* batch are the negatives (gathered across replicas),
   corrected by the log probability that the item is in a batch: static counts or the streaming estimator (Yi et al.
   2019, section 4), updated once per training step. Optional mixed negatives (Yang et al. 2020): extra sampled items;
-  then every column is corrected by ``log(Q_batch + Q_sampler)`` (``sampling.mixture_log_q``).
+  then every column is corrected by ``log(Q_batch + Q_sampler)`` (``sampling.mixture_log_q``), both expected counts.
 * ``FullSoftmax``: every item of the catalogue is a negative (exact; small catalogues).
 """
 
@@ -74,7 +74,7 @@ class InBatchSoftmax(tf.keras.layers.Layer):
       temperature: ``T``.
       log_q: "none", "static" (``counts`` required) or "streaming" (``estimator`` required).
       counts: ``[V]`` training counts for the static correction (per-draw probability ``count / total``; a factor
-        common to all columns cancels).
+        common to all columns cancels; with mixed negatives it is scaled to the expected count per global batch).
       estimator: the streaming estimator, updated with the batch's labels once per training step.
       sampler: extra negatives shared by the batch (mixed negative sampling), or None.
     """
@@ -109,8 +109,14 @@ class InBatchSoftmax(tf.keras.layers.Layer):
             sampled_ids, sampled_log_q, true_log_q = self.sampler.sample(labels)
             sampled = {"vectors": self.item_tower(sampled_ids), "ids": sampled_ids}
             if log_q is not None:
-                # Balance heuristic: each column's Q is its expected count under both mechanisms together.
-                sampled["log_q"] = mixture_log_q(self._batch_log_q(sampled_ids), sampled_log_q)
+                # Balance heuristic: each column's Q is its expected count under both mechanisms together, so both
+                # must be expected counts: static per-draw probabilities times the global batch size.
+                sampled_batch_log_q = self._batch_log_q(sampled_ids)
+                if self.log_q_mode == "static":
+                    batch = distributed.global_batch_size(tf.shape(labels)[0])
+                    log_batch = tf.math.log(tf.cast(batch, tf.float32))
+                    log_q, sampled_batch_log_q = log_q + log_batch, sampled_batch_log_q + log_batch
+                sampled["log_q"] = mixture_log_q(sampled_batch_log_q, sampled_log_q)
                 log_q = mixture_log_q(log_q, true_log_q)
             extras.append(sampled)
         columns = {"vectors": candidates, "ids": labels}
