@@ -207,3 +207,20 @@ def test_config_errors_are_input_errors(planted, key, value):
     users, items, times, vocab, _ = planted
     with pytest.raises(InputError):
         item2vec.train_item2vec(_config(**{key: value}), users, items, times, vocab)
+
+
+def test_shrink_window_weights_pairs_by_distance():
+    """word2vec's dynamic window: a pair k positions apart is kept with probability (window - k + 1) / window."""
+    num_users, length, window = 3000, 12, 4
+    users = np.repeat(np.arange(num_users), length)
+    items = np.tile(np.arange(2, length + 2), num_users)  # the item index encodes the position
+    counts = np.r_[0, 0, np.full(length, num_users)]
+    full = item2vec_train.epoch_pairs(users, items, counts, _config(window=window, shrink_window=False), 0)
+    shrunk = item2vec_train.epoch_pairs(users, items, counts, _config(window=window, shrink_window=True), 0)
+    distance = [np.bincount(np.abs(t - c), minlength=window + 2) for t, c in (full, shrunk)]
+    assert distance[0][window + 1:].sum() == 0 and distance[1][window + 1:].sum() == 0
+    kept = distance[1][1:window + 1] / distance[0][1:window + 1]
+    expected = (window - np.arange(1, window + 1) + 1) / window
+    # Users draw their window independently: the kept fraction at each distance is a mean of num_users draws.
+    tolerance = 5 * np.sqrt(expected * (1 - expected) / num_users) + 1e-9
+    assert np.all(np.abs(kept - expected) <= tolerance), (kept, expected)

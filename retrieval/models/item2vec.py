@@ -3,7 +3,8 @@ skip-gram with negative sampling (SGNS; Mikolov et al. 2013) over users' item se
 
 Objective (Item2Vec eq. 2-3, word2vec eq. 4), for every skip-gram pair (target ``i``, context ``j``) of
 ``retrieval.data.examples.skipgram_pairs`` (items at most ``window`` positions apart in a user's time-ordered sequence,
-frequent items subsampled with ``p_keep = min(1, sqrt(t/f) + t/f)``, a fresh draw each epoch):
+or a window drawn per user and epoch from U{1..window} with ``shrink_window``, word2vec's dynamic window; frequent items
+subsampled with ``p_keep = min(1, sqrt(t/f) + t/f)``, a fresh draw each epoch):
 
     loss(i, j) = -log sigmoid(u_i . v_j) - sum_{k=1..K} log sigmoid(-u_i . v_{n_k}),   n_k ~ P(n) = count_n^0.75 / Z
 
@@ -54,6 +55,10 @@ def default_item2vec_config() -> ml_collections.ConfigDict:
     config.dim = 64
     # Pairs join items at most this many positions apart in a user's time-ordered sequence (both directions).
     config.window = 5
+    # word2vec's dynamic window (gensim's shrink_windows, on by default there too): each user's window is drawn
+    # from U{1..window} every epoch, so near items weigh more ((window - k + 1) / window for items k apart) and an
+    # epoch trains ~(window + 1) / (2 * window) of the pairs. False: every pair within window, every epoch.
+    config.shrink_window = True
     # K: negatives per pair, drawn from count ** noise_exponent (0.75 as in word2vec).
     config.negatives = 5
     config.noise_exponent = 0.75
@@ -103,7 +108,8 @@ class Item2Vec(tf.keras.Model):
 
     def pair_loss(self, target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor) -> tf.Tensor:
         """``sgns`` per pair from vectors: target, context ``[B, d]``, negatives ``[B // g, K, d]`` (row ``r`` serves
-        pairs ``r * g .. r * g + g - 1``). Groups go through ``sgns``'s shared-negatives form, vectorized."""
+        pairs ``r * g .. r * g + g - 1``). Each group goes through ``sgns``'s shared-negatives form (one matmul),
+        vectorized over the groups (``tf.vectorized_map``: one batched matmul)."""
         if self.negative_group == 1:
             return sgns(target, context, negatives)
         grouped = [tf.reshape(x, [-1, self.negative_group, self.dim]) for x in (target, context)]

@@ -17,6 +17,7 @@ in a varying order: bit-identical repeats then need ``tf.config.experimental.ena
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Optional
 
@@ -27,6 +28,7 @@ from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.data.examples import noise_distribution, skipgram_pairs
+from retrieval.errors import InputError
 
 
 def _generator(seed: int, *words: int) -> np.random.Generator:
@@ -57,13 +59,28 @@ class NoiseSampler(tf.Module):
 def epoch_pairs(users: np.ndarray, items: np.ndarray, counts: np.ndarray, config: ml_collections.ConfigDict,
                 epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """Shuffled (target, context) int32 arrays of one epoch: ``skipgram_pairs`` over time-ordered sequences
-    (``users``/``items`` already sorted by user, then time) with a fresh frequent-item subsample per epoch, as
-    word2vec draws it again on every pass."""
-    seed = int(_generator(config.seed, epoch, 0).integers(2**63))
-    pairs = skipgram_pairs(users, items, None, window=config.window, subsample=config.subsample or None,
-                           counts=counts, seed=seed)
-    order = _generator(config.seed, epoch, 1).permutation(len(pairs["target"]))
-    return pairs["target"][order], pairs["context"][order]
+    (``users``/``items`` sorted by user, then time) with a fresh frequent-item subsample per epoch, as word2vec draws
+    it again on every pass.
+
+    With ``shrink_window``, each user gets a window ``b ~ U{1..window}`` for the epoch (word2vec's dynamic window,
+    drawn per user and epoch instead of per target occurrence): a pair ``k`` positions apart is then trained with
+    probability ``(window - k + 1) / window``, word2vec's expected weighting of near context, from about
+    ``(window + 1) / (2 * window)`` of the pairs.
+    """
+    windows = np.full(int(users.max(initial=0)) + 1, config.window)
+    if config.shrink_window:
+        windows = _generator(config.seed, epoch, 2).integers(1, config.window + 1, size=len(windows))
+    targets, contexts = [], []
+    for window in np.unique(windows):
+        chosen = windows[users] == window
+        seed = int(_generator(config.seed, epoch, 0, int(window)).integers(2**63))
+        pairs = skipgram_pairs(users[chosen], items[chosen], None, window=int(window),
+                               subsample=config.subsample or None, counts=counts, seed=seed)
+        targets.append(pairs["target"])
+        contexts.append(pairs["context"])
+    targets, contexts = np.concatenate(targets), np.concatenate(contexts)
+    order = _generator(config.seed, epoch, 1).permutation(len(targets))
+    return targets[order], contexts[order]
 
 
 SERIAL_SCATTER_ROWS = 1023
@@ -94,6 +111,13 @@ class EpochRunner(tf.Module):
         self.seed, self.epochs = int(config.seed), int(config.epochs)
         self.learning_rate, self.min_learning_rate = float(config.learning_rate), float(config.min_learning_rate)
 
+    def _gradients(self, u, v, n, weights, learning_rate):
+        with tf.GradientTape() as tape:
+            tape.watch([u, v, n])
+            loss = tf.reduce_sum(self.model.pair_loss(u, v, n) * weights)
+            scaled = loss * learning_rate
+        return (loss, *tape.gradient(scaled, [u, v, n]))
+
     def _step(self, targets: tf.Tensor, contexts: tf.Tensor, weights: tf.Tensor, seed: tf.Tensor,
               learning_rate: tf.Tensor) -> tf.Tensor:
         target_table = self.model.target_embedding.embeddings
@@ -102,11 +126,7 @@ class EpochRunner(tf.Module):
         u = tf.gather(target_table, targets)
         v = tf.gather(context_table, contexts)
         n = tf.gather(context_table, negatives)
-        with tf.GradientTape() as tape:
-            tape.watch([u, v, n])
-            loss = tf.reduce_sum(self.model.pair_loss(u, v, n) * weights)
-            scaled = loss * learning_rate
-        du, dv, dn = tape.gradient(scaled, [u, v, n])
+        loss, du, dv, dn = self._gradients(u, v, n, weights, learning_rate)
         _scatter_sub(target_table, du, targets)
         _scatter_sub(context_table, dv, contexts)
         _scatter_sub(context_table, tf.reshape(dn, [-1, n.shape[-1]]), tf.reshape(negatives, [-1]))
@@ -133,47 +153,54 @@ class EpochRunner(tf.Module):
         return total
 
 
-def padded(targets: np.ndarray, contexts: np.ndarray, batch_size: int):
-    """Pads an epoch to whole batches with weight-0 pairs; returns tensors (targets, contexts, weights) and steps."""
-    steps = max(-(-len(targets) // batch_size), 1)
-    extra = steps * batch_size - len(targets)
-    weights = np.concatenate([np.ones(len(targets), np.float32), np.zeros(extra, np.float32)])
+def epoch_batches(users: np.ndarray, items: np.ndarray, counts: np.ndarray, config: ml_collections.ConfigDict,
+                  epoch: int) -> tuple[tuple[tf.Tensor, tf.Tensor, tf.Tensor], int, int]:
+    """One epoch's pairs padded to whole batches with weight-0 pairs: ``((targets, contexts, weights), steps,
+    pairs)``."""
+    targets, contexts = epoch_pairs(users, items, counts, config, epoch)
+    if len(targets) == 0:
+        raise InputError("no skip-gram pairs: no user has two (kept) known items", field="item2vec")
+    steps = -(-len(targets) // config.batch_size)
+    extra = steps * config.batch_size - len(targets)
     fill = np.full(extra, 2, np.int32)  # any valid row: its gradient is multiplied by weight 0
-    return (tf.constant(np.concatenate([targets, fill]).astype(np.int32)),
-            tf.constant(np.concatenate([contexts, fill]).astype(np.int32)), tf.constant(weights), steps)
+    weights = np.concatenate([np.ones(len(targets), np.float32), np.zeros(extra, np.float32)])
+    tensors = (tf.constant(np.concatenate([targets, fill])), tf.constant(np.concatenate([contexts, fill])),
+               tf.constant(weights))
+    return tensors, steps, len(targets)
 
 
 def train_epochs(runner: EpochRunner, users: np.ndarray, items: np.ndarray, counts: np.ndarray,
                  config: ml_collections.ConfigDict, state: dict, manager: Optional[tf.train.CheckpointManager]):
     """Trains from ``state`` (``epoch`` and ``step`` tf.Variables: the next step to run) to the end, logging loss,
-    learning rate and pairs/s every ``log_every_steps`` and checkpointing every ``checkpoint_every_steps``."""
+    learning rate and pairs/s every ``log_every_steps`` and checkpointing every ``checkpoint_every_steps``. The next
+    epoch's pairs are built in a background thread while this one trains (numpy and TensorFlow release the GIL)."""
     chunk = max(int(config.log_every_steps), 1)
-    while int(state["epoch"]) < config.epochs:
-        epoch = int(state["epoch"])
-        targets, contexts = epoch_pairs(users, items, counts, config, epoch)
-        if len(targets) == 0:
-            raise ValueError("no skip-gram pairs: every user has fewer than two (kept) known items")
-        tensors = padded(targets, contexts, config.batch_size)
-        steps = tensors[3]
-        since_save = 0
-        while int(state["step"]) < steps:
-            first = int(state["step"])
-            count = min(chunk, steps - first)
-            started = time.perf_counter()
-            loss = runner.run(*tensors[:3], *(tf.constant(x, tf.int64) for x in (epoch, first, count, steps)))
-            seconds = time.perf_counter() - started
-            pairs = min(count * config.batch_size, len(targets) - first * config.batch_size)
-            state["step"].assign(first + count)
-            fraction = (epoch + (first + count) / steps) / config.epochs
-            logging.info("item2vec epoch %d/%d step %d/%d  loss %.4f  lr %.3g  %.0f pairs/s", epoch + 1,
-                         config.epochs, first + count, steps, float(loss) / max(pairs, 1),
-                         config.learning_rate + (config.min_learning_rate - config.learning_rate) * fraction,
-                         pairs / max(seconds, 1e-9))
-            since_save += count
-            if manager is not None and since_save >= config.checkpoint_every_steps and first + count < steps:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        upcoming = pool.submit(epoch_batches, users, items, counts, config, int(state["epoch"]))
+        while int(state["epoch"]) < config.epochs:
+            epoch = int(state["epoch"])
+            tensors, steps, num_pairs = upcoming.result()
+            if epoch + 1 < config.epochs:
+                upcoming = pool.submit(epoch_batches, users, items, counts, config, epoch + 1)
+            since_save = 0
+            while int(state["step"]) < steps:
+                first = int(state["step"])
+                count = min(chunk, steps - first)
+                started = time.perf_counter()
+                loss = runner.run(*tensors, *(tf.constant(x, tf.int64) for x in (epoch, first, count, steps)))
+                seconds = time.perf_counter() - started
+                pairs = min(count * config.batch_size, num_pairs - first * config.batch_size)
+                state["step"].assign(first + count)
+                fraction = (epoch + (first + count) / steps) / config.epochs
+                logging.info("item2vec epoch %d/%d step %d/%d  loss %.4f  lr %.3g  %.0f pairs/s", epoch + 1,
+                             config.epochs, first + count, steps, float(loss) / max(pairs, 1),
+                             config.learning_rate + (config.min_learning_rate - config.learning_rate) * fraction,
+                             pairs / max(seconds, 1e-9))
+                since_save += count
+                if manager is not None and since_save >= config.checkpoint_every_steps and first + count < steps:
+                    manager.save()
+                    since_save = 0
+            state["epoch"].assign(epoch + 1)
+            state["step"].assign(0)
+            if manager is not None:
                 manager.save()
-                since_save = 0
-        state["epoch"].assign(epoch + 1)
-        state["step"].assign(0)
-        if manager is not None:
-            manager.save()
