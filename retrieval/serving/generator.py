@@ -131,7 +131,8 @@ class CandidateGenerator:
             source = "request" if len(known) else ("stored" if len(stored) else "none")
             used.append(known if len(known) else stored)
             sources.append(source)
-            unknown.append(tuple(str(item) for item in np.asarray(given or [], dtype=object)[found < 0]))
+            given_ids = np.asarray([] if given is None else given, dtype=object)
+            unknown.append(tuple(given_ids[found < 0].astype(str).tolist()))
         banned = [np.concatenate([h if exclude_history else h[:0], e[e >= 0]])
                   for h, e in zip(used, self._split_lookup(excludes), strict=True)]
         width = k + max((len(b) for b in banned), default=0)
