@@ -224,3 +224,9 @@ def test_shrink_window_weights_pairs_by_distance():
     # Users draw their window independently: the kept fraction at each distance is a mean of num_users draws.
     tolerance = 5 * np.sqrt(expected * (1 - expected) / num_users) + 1e-9
     assert np.all(np.abs(kept - expected) <= tolerance), (kept, expected)
+
+
+def test_divergence_is_reported(planted):
+    users, items, times, vocab, _ = planted
+    with pytest.raises(InputError, match="diverged"):
+        item2vec.train_item2vec(_config(learning_rate=1e4, epochs=1), users, items, times, vocab)

@@ -2,17 +2,18 @@
 
 The public entry point is :func:`retrieval.models.item2vec.train_item2vec`; this module holds the machinery it runs.
 
-Speed (2 CPU cores): every epoch's pairs are built in numpy (``skipgram_pairs``, vectorized), shuffled once, and
-fed to one ``tf.function`` that runs many steps in a ``tf.while_loop`` (no Python per step). A step gathers the rows
-it needs, differentiates the SGNS loss with respect to those gathered rows only and subtracts the gradients with
-``scatter_sub`` (plain SGD on the touched rows; the rest of the tables is never read or written). The loss is summed
-over the batch and scaled by the learning rate before differentiation, so the update of a pair is word2vec's
-per-pair SGD step whatever the batch size, and no extra pass multiplies the gradients by the learning rate.
+Speed (2 CPU cores): every epoch's pairs are built in numpy (``skipgram_pairs``, vectorized) and shuffled once, in
+a background thread while the previous epoch trains, then fed to one ``tf.function`` that runs many steps in a
+``tf.while_loop`` (no Python per step). A step gathers the rows it needs, differentiates the SGNS loss with respect
+to those gathered rows only and subtracts the gradients with ``scatter_sub`` (plain SGD on the touched rows; the rest
+of the tables is never read or written). The loss is summed over the batch and scaled by the learning rate before
+differentiation, so the update of a pair is word2vec's per-pair SGD step whatever the batch size. Negatives shared by
+groups of pairs (``negative_group``) cut the scattered rows from ``B * (2 + K)`` to about ``2 * B`` per step; the
+scatters are the larger part of a step's time.
 
-Determinism: negatives are drawn with stateless ops keyed by ``(seed, epoch, step)`` and pairs / shuffles from numpy
-generators keyed by ``(seed, epoch)``, so a run resumed from a checkpoint continues the very same stream. TensorFlow's
-CPU ``scatter_sub`` runs in parallel (with per-row locks) when a step updates >= 1024 rows, which sums colliding rows
-in a varying order: bit-identical repeats then need ``tf.config.experimental.enable_op_determinism()``.
+Determinism: negatives are drawn with stateless ops keyed by ``(seed, epoch, step)``, windows, subsamples and
+shuffles by numpy generators keyed by ``(seed, epoch)``, and every scatter is serial (see ``_scatter_sub``), so a
+run is bit-reproducible under its seed and a run resumed from a checkpoint continues the very same stream.
 """
 
 from __future__ import annotations
@@ -111,13 +112,6 @@ class EpochRunner(tf.Module):
         self.seed, self.epochs = int(config.seed), int(config.epochs)
         self.learning_rate, self.min_learning_rate = float(config.learning_rate), float(config.min_learning_rate)
 
-    def _gradients(self, u, v, n, weights, learning_rate):
-        with tf.GradientTape() as tape:
-            tape.watch([u, v, n])
-            loss = tf.reduce_sum(self.model.pair_loss(u, v, n) * weights)
-            scaled = loss * learning_rate
-        return (loss, *tape.gradient(scaled, [u, v, n]))
-
     def _step(self, targets: tf.Tensor, contexts: tf.Tensor, weights: tf.Tensor, seed: tf.Tensor,
               learning_rate: tf.Tensor) -> tf.Tensor:
         target_table = self.model.target_embedding.embeddings
@@ -126,7 +120,11 @@ class EpochRunner(tf.Module):
         u = tf.gather(target_table, targets)
         v = tf.gather(context_table, contexts)
         n = tf.gather(context_table, negatives)
-        loss, du, dv, dn = self._gradients(u, v, n, weights, learning_rate)
+        with tf.GradientTape() as tape:
+            tape.watch([u, v, n])
+            loss = tf.reduce_sum(self.model.pair_loss(u, v, n) * weights)
+            scaled = loss * learning_rate
+        du, dv, dn = tape.gradient(scaled, [u, v, n])
         _scatter_sub(target_table, du, targets)
         _scatter_sub(context_table, dv, contexts)
         _scatter_sub(context_table, tf.reshape(dn, [-1, n.shape[-1]]), tf.reshape(negatives, [-1]))
@@ -189,6 +187,9 @@ def train_epochs(runner: EpochRunner, users: np.ndarray, items: np.ndarray, coun
                 started = time.perf_counter()
                 loss = runner.run(*tensors, *(tf.constant(x, tf.int64) for x in (epoch, first, count, steps)))
                 seconds = time.perf_counter() - started
+                if not np.isfinite(float(loss)):
+                    raise InputError(f"item2vec diverged (loss {float(loss)}) in epoch {epoch + 1}: lower "
+                                     "learning_rate, batch_size or negative_group", field="item2vec.learning_rate")
                 pairs = min(count * config.batch_size, num_pairs - first * config.batch_size)
                 state["step"].assign(first + count)
                 fraction = (epoch + (first + count) / steps) / config.epochs
