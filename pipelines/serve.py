@@ -8,7 +8,6 @@ Endpoints: ``POST /v1/candidates``, ``POST /v1/similar``, ``GET /v1/model``, ``G
 
 from typing import Sequence
 
-import faiss
 import uvicorn
 from absl import flags, logging
 
@@ -27,9 +26,9 @@ flags.DEFINE_float("reload_interval_s", 5.0, "Seconds between checks of 'latest'
 flags.DEFINE_integer("max_k", Limits.max_k, "Largest k a request may ask for.")
 flags.DEFINE_integer("max_history", Limits.max_history, "Longest history (item ids) a request may send.")
 flags.DEFINE_integer("max_body_bytes", Limits.max_body_bytes, "Largest request body in bytes (413 beyond).")
-flags.DEFINE_integer("faiss_threads", 1, "OpenMP threads per FAISS search. 1 suits serving: requests arrive one "
-                                         "query at a time and run concurrently on the server's threads; more threads "
-                                         "only add synchronisation (20x slower single requests measured on 2 cores).")
+flags.DEFINE_integer("faiss_threads", 1, "OpenMP threads per FAISS search (0: FAISS's default). 1 suits serving: "
+                                         "requests bring one query each and run concurrently on the server's threads; "
+                                         "more threads per search only add synchronisation.")
 flags.DEFINE_enum("log_level", "info", ["critical", "error", "warning", "info", "debug"], "uvicorn log level.")
 flags.mark_flag_as_required("run_dir")
 
@@ -37,7 +36,6 @@ flags.mark_flag_as_required("run_dir")
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
-    faiss.omp_set_num_threads(FLAGS.faiss_threads)
     holder = GeneratorHolder(FLAGS.run_dir)
     holder.start(FLAGS.reload_interval_s)
     limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
@@ -45,7 +43,7 @@ def main(argv: Sequence[str]) -> None:
     logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version, FLAGS.host,
                  FLAGS.port)
     try:
-        uvicorn.run(create_app(holder, limits), host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level)
+        uvicorn.run(create_app(holder, limits, FLAGS.faiss_threads or None), host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level)
     finally:
         holder.stop()
 
