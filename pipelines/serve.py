@@ -43,7 +43,8 @@ def main(argv: Sequence[str]) -> None:
     logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version, FLAGS.host,
                  FLAGS.port)
     try:
-        uvicorn.run(create_app(holder, limits, FLAGS.faiss_threads or None), host=FLAGS.host, port=FLAGS.port, log_level=FLAGS.log_level)
+        uvicorn.run(create_app(holder, limits, FLAGS.faiss_threads or None), host=FLAGS.host, port=FLAGS.port,
+                    log_level=FLAGS.log_level)
     finally:
         holder.stop()
 
