@@ -220,9 +220,6 @@ def build_variables(model: TwoTowerModel, examples: Mapping[str, np.ndarray]) ->
             model.optimizer.build(model.trainable_variables)
 
 
-_build = build_variables  # the name retrieval/pipeline/job.py calls
-
-
 def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_collections.ConfigDict, *,
         checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
         evaluate_fn: Optional[Callable[[], float]] = None,

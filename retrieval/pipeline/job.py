@@ -242,7 +242,7 @@ class TrainingJob:
                                 self._features("user", user_vocab))
         previous = self.model_dir.latest() if c.publish.warm_start else None
         if previous is not None and not any(self.paths.checkpoints.glob("ckpt*")):
-            training._build(model, examples)  # noqa: SLF001 (variables must exist before copying rows)
+            training.build_variables(model, examples)  # the id tables must exist before rows are copied in
             warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
         result = training.fit(model, examples, c.train, checkpoint_dir=self.paths.checkpoints,
                               tensorboard_dir=self.paths.tensorboard)
