@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from configs.base import override
 from retrieval import artifacts
 from retrieval.data import synthetic
 from retrieval.pipeline.job import TrainingJob
@@ -48,12 +49,7 @@ def _config(module: str, data_path: Path, fmt: str, overrides: dict, smoke: bool
         settings.update({epochs_key: 1, "eval.bootstrap": 0})
         if module == "youtube_dnn":
             settings["model.objective.num_negatives"] = 64
-    for key, value in settings.items():
-        node = config
-        *parents, leaf = key.split(".")
-        for parent in parents:
-            node = node[parent]
-        node[leaf] = value
+    override(config, settings)
     return config
 
 

@@ -8,6 +8,35 @@ The model-specific files (`two_tower.py`, `youtube_dnn.py`, `item2vec.py`) start
 import ml_collections
 
 
+def override(config: ml_collections.ConfigDict, settings: dict) -> ml_collections.ConfigDict:
+    """Sets dotted keys, as on the command line: ``override(config, {"train.epochs": 2})``."""
+    for key, value in settings.items():
+        node = config
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    return config
+
+
+def two_tower_config(name: str) -> ml_collections.ConfigDict:
+    """``base_config`` plus the two-tower sections: ``config.model`` (retrieval/models/config.py) and
+    ``config.train`` (retrieval/training.py, default_train_config), seeded from the top-level seed."""
+    from retrieval.models.config import default_config as default_model_config
+    from retrieval.training import default_train_config
+
+    config = base_config(name)
+    # Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".
+    config.model_type = "two_tower"
+    # Cap next-item examples per user (most recent kept) so heavy users do not dominate; 0: no cap.
+    config.data.max_examples_per_user = 0
+    config.model = default_model_config()
+    config.model.seed = config.seed
+    config.train = default_train_config()
+    config.train.seed = config.seed
+    return config
+
+
 def base_config(name: str) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     # Name of the model directory: runs go to <output_dir>/<name>/<run_id>/, the published one is <name>/latest.

@@ -10,29 +10,19 @@ Keys: data/eval/index/gate/publish are documented in configs/base.py, config.mod
 config.train in retrieval/training.py (default_train_config); the values set here are explained beside them.
 """
 
-from configs.base import base_config
-from retrieval.models.config import default_config as default_model_config
-from retrieval.training import default_train_config
+from configs.base import two_tower_config
 
 
 def get_config():
-    config = base_config("youtube_dnn")
-    # Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".
-    config.model_type = "two_tower"
-    # Cap next-item examples per user (most recent kept) so heavy users do not dominate; 0: no cap.
-    config.data.max_examples_per_user = 0
+    config = two_tower_config("youtube_dnn")
     # The bundled data's feature tables: genres (multi-valued) per item, a segment per user.
     config.data.item_features_path = "data/items.csv"
     config.data.item_features = "genres:multi"
     config.data.user_features_path = "data/users.csv"
     config.data.user_features = "segment:categorical"
-    config.model = default_model_config()
     # Sampled softmax over shared negatives from the unigram^0.75 proposal (Jean et al. 2015).
     config.model.objective.name = "sampled_softmax"
     config.model.objective.num_negatives = 1024
     config.model.objective.sampler = "unigram"
     config.model.user_tower.use_example_age = True
-    config.train = default_train_config()
-    config.train.seed = config.seed
-    config.model.seed = config.seed
     return config
