@@ -64,14 +64,14 @@ def default_item2vec_config() -> ml_collections.ConfigDict:
     config.noise_exponent = 0.75
     # g: consecutive pairs of a shuffled batch sharing one draw of K negatives (1: independent negatives, as in
     # word2vec; larger is faster, with the same expected gradient). Must divide batch_size.
-    config.negative_group = 64
+    config.negative_group = 128
     # Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability
     # min(1, sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling.
     config.subsample = 1e-3
     # Passes over the pairs.
     config.epochs = 5
     # Pairs per SGD step. The loss is summed over the batch, so learning_rate is a per-pair step as in word2vec.
-    config.batch_size = 4096
+    config.batch_size = 8192
     # Learning rate, decayed linearly with training progress down to min_learning_rate (word2vec / gensim: 0.025 and
     # 0.0001).
     config.learning_rate = 0.025
