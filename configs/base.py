@@ -72,7 +72,9 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.split = "leave_last_n"
     # leave_last_n: items per user held out for test (and as many for validation when validation is true).
     config.data.holdout_n = 1
-    # Also hold out a validation part (the items before the test ones) for early stopping.
+    # Also hold out a validation part (the items before the test ones), written to data/validation.parquet for
+    # tuning. (Early stopping on it is available in retrieval.training.fit(evaluate_fn=...); this pipeline does not
+    # wire it yet.)
     config.data.validation = False
     # temporal: interactions at or after this quantile of timestamps are test.
     config.data.temporal_quantile = 0.9
