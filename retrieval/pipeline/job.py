@@ -134,23 +134,27 @@ class TrainingJob:
         return Outcome(str(self.paths.root), True, metrics, [])
 
     def _write_snapshot(self) -> None:
+        """Config snapshot and the run's provenance, written once per run (again only with ``force``): hashing the
+        input files and asking git are not repeated at every manifest update."""
         if not self.paths.config.exists() or self.force:
             artifacts.write_json(self.paths.config, self.config.to_dict())
         if not self.paths.manifest.exists() or self.force:
-            self._write_manifest(None)
+            c = self.config
+            artifacts.write_json(self.paths.manifest, {
+                "run_id": self.run_id, "version": self.run_id, "model_name": c.name, "model_type": self.model_type,
+                "seed": c.seed, "package_version": retrieval.__version__, "packages": provenance.package_versions(),
+                "git_revision": provenance.git_revision(),
+                "data_fingerprint": provenance.fingerprint(
+                    [c.data.train_path, c.data.test_path, c.data.validation_path, c.data.item_features_path,
+                     c.data.user_features_path]),
+                "status": "running",
+            })
 
     def _write_manifest(self, decision: Optional[dict]) -> None:
-        c = self.config
-        manifest = artifacts.read_json(self.paths.manifest) if self.paths.manifest.exists() else {}
-        manifest.update({
-            "run_id": self.run_id, "version": self.run_id, "model_name": c.name, "model_type": self.model_type,
-            "seed": c.seed, "package_version": retrieval.__version__, "packages": provenance.package_versions(),
-            "git_revision": provenance.git_revision(), "stage_seconds": dict(self.stages.timings),
-            "data_fingerprint": provenance.fingerprint(
-                [c.data.train_path, c.data.test_path, c.data.validation_path, c.data.item_features_path,
-                 c.data.user_features_path]),
-            "status": "running" if decision is None else ("published" if decision["passed"] else "rejected"),
-        })
+        """Updates the manifest with the stage timings, the export's fields and, once decided, the gate."""
+        manifest = artifacts.read_json(self.paths.manifest)
+        manifest["stage_seconds"] = dict(self.stages.timings)
+        manifest["status"] = "running" if decision is None else ("published" if decision["passed"] else "rejected")
         if decision is not None:
             manifest["gate"] = decision
         manifest.update(self.stages.summary("export") or {})
