@@ -144,9 +144,10 @@ def test_custom_indices_and_missing_results(data):
 
 def test_auto_factory_thresholds(data):
     vectors, ids, _ = data
-    assert auto_factory(49_999) == "Flat"
-    assert auto_factory(1_000_000) == "IVF4096,Flat"
-    assert auto_factory(50_000) == "IVF1024,Flat" and auto_factory(20_000_000) == "IVF16384,Flat"
+    assert auto_factory(49_999, 64) == "Flat"
+    assert auto_factory(1_000_000, 64) == "IVF4096,PQ64x4fsr,RFlat"
+    assert auto_factory(50_000, 32) == "IVF1024,PQ32x4fsr,RFlat"
+    assert auto_factory(20_000_000, 64) == "IVF16384,PQ64x4fsr,RFlat"
     assert build_index(vectors, ids).factory == "Flat"
 
 

@@ -130,7 +130,7 @@ def build_index(vectors: np.ndarray, item_ids: Sequence[str], *, indices: Option
     if len(id_map) != len(vectors) or not len(vectors):
         raise InputError(f"need one vector per item and at least one item, got {len(vectors)} vectors and "
                          f"{len(id_map)} ids")
-    resolved = factories.resolve_factory(factory, len(vectors))
+    resolved = factories.resolve_factory(factory, *vectors.shape)
     index = factories.create_index(vectors, id_map.indices, resolved, metric, seed, train_size)
     sample, source = _check_queries(vectors, queries, metric, num_check_queries, seed)
     check = self_check(index, vectors, id_map.indices, sample, source, metric, recall_k, recall_floor,
