@@ -103,7 +103,7 @@ def run(smoke: bool) -> list[dict]:
     probe = RecallProbe(prepare_vectors(items, "cosine"), np.arange(count) + 2, queries, K, "ip")
     nlist = ivf_lists(count)
     kinds = [("Flat", "Flat"), ("HNSW32", "HNSW32"), ("IVF-Flat", f"IVF{nlist},Flat"),
-             ("IVF-PQ fast scan+refine", f"IVF{nlist},PQ{dimension}x4fsr,RFlat")]
+             ("IVF-PQ+refine", f"IVF{nlist},PQ{dimension}x4fsr,RFlat")]
     rows, flat_qps, flat_cpu_qps = [], None, None
     for name, factory in kinds:
         row = {"name": name, "factory": factory, "items": count, "dim": dimension, "metric": "cosine"}

@@ -138,9 +138,12 @@ def test_to_dataset_is_deterministic_under_a_seed():
     assert epoch == _batches(second)
     assert sorted(sum((b["label"] for b in epoch), [])) == list(range(50))
     assert epoch != _batches(to_dataset(arrays, batch_size=8, seed=8))
-    assert _batches(first) != epoch  # reshuffled each iteration, still identical across pipelines
+    assert _batches(first) == epoch  # a non-repeated dataset is one epoch, the same at every iteration
     assert all(h == [2 * lab, 2 * lab + 1] for b in epoch for lab, h in zip(b["label"], b["history"], strict=True))
     unshuffled = _batches(to_dataset(arrays, batch_size=8, shuffle=False, drop_remainder=True))
     assert len(unshuffled) == 6 and unshuffled[0]["label"] == list(range(8))
-    repeated = to_dataset(arrays, batch_size=8, repeat=True, seed=7)
-    assert sum(1 for _ in repeated.take(20)) == 20
+    repeated = _batches(to_dataset(arrays, batch_size=8, repeat=True, seed=7).take(21))
+    assert repeated[:7] == epoch and [len(b["label"]) for b in repeated[:7]] == [8] * 6 + [2]  # epochs never mix
+    second_epoch = repeated[7:14]
+    assert second_epoch != epoch and sorted(sum((b["label"] for b in second_epoch), [])) == list(range(50))
+    assert repeated[14:] != epoch and repeated[14:] != second_epoch

@@ -129,3 +129,37 @@ def test_training_learns_and_logs_tensorboard_scalars(data, tmp_path):
             event = tf.compat.v1.Event.FromString(record.numpy())
             tags.update(value.tag for value in event.summary.value)
     assert {"loss", "learning_rate", "examples_per_second", "epoch_loss"} <= tags
+
+
+def test_jit_compile_auto_is_on_exactly_for_sampler_free_objectives_on_one_replica(data):
+    items, users, _ = data
+    in_batch = build_model(model_config(), items, users)
+    assert training.use_jit_compile(train_config(), in_batch)
+    assert not training.use_jit_compile(train_config(jit_compile="off"), in_batch)
+    sampled = model_config()
+    sampled.objective.name, sampled.objective.num_negatives = "sampled_softmax", 8
+    assert not training.use_jit_compile(train_config(), build_model(sampled, items, users))
+    mixed = model_config()
+    mixed.objective.num_negatives = 8  # in-batch plus sampled negatives
+    assert not training.use_jit_compile(train_config(), build_model(mixed, items, users))
+    assert training.use_jit_compile(train_config(jit_compile="on"), build_model(mixed, items, users))
+    with pytest.raises(InputError, match="train.jit_compile"):
+        training.use_jit_compile(train_config(jit_compile="yes"), in_batch)
+
+
+@pytest.mark.parametrize("objective, log_q", [("in_batch", "streaming"), ("full_softmax", "none")])
+def test_xla_step_with_dense_embedding_gradients_equals_the_sparse_step(data, objective, log_q):
+    """The XLA-compiled step sums the embedding row gradients densely; Keras's uncompiled step de-duplicates them.
+    Both must move every variable (and the streaming estimator) the same way."""
+    items, users, examples = data
+    config = model_config()
+    config.objective.name, config.objective.log_q = objective, log_q
+    states = {}
+    for jit in ("on", "off"):
+        model = build_model(config, items, users)
+        training.fit(model, examples, train_config(epochs=1, jit_compile=jit))
+        assert model.jit_compile == (jit == "on")
+        states[jit] = [v.numpy() for v in model.weights]
+    assert len(states["on"]) == len(states["off"])
+    for compiled, eager in zip(states["on"], states["off"], strict=True):
+        np.testing.assert_allclose(compiled, eager, rtol=1e-4, atol=1e-5)

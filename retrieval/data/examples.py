@@ -171,15 +171,16 @@ def noise_distribution(counts: np.ndarray, alpha: float = 0.75) -> np.ndarray:
 
 
 def to_dataset(arrays: Mapping[str, np.ndarray], batch_size: int, shuffle: bool = True, seed: int = 0,
-               drop_remainder: bool = False, repeat: bool = False, buffer_size: Optional[int] = None):
-    """``tf.data.Dataset`` of dict batches from equal-length arrays: range -> shuffle -> (repeat) -> batch of row
-    numbers -> one gather per array -> prefetch.
+               drop_remainder: bool = False, repeat: bool = False):
+    """``tf.data.Dataset`` of dict batches from equal-length arrays: per epoch, a permutation of the row numbers is
+    cut into batches, and each batch of row numbers becomes one gather per array; then prefetch.
 
-    Shuffling row numbers and gathering whole batches gives the batches of ``from_tensor_slices(arrays).shuffle(...)
-    .batch(...)`` (same seed, same order) at a fraction of the cost: the per-element work of the shuffle touches one
-    int64 instead of every array's row. The shuffle buffer defaults to the whole array (a uniform permutation) with
-    ``seed`` and a new order each epoch (``reshuffle_each_iteration``); two pipelines built with the same seed yield
-    identical batches.
+    ``shuffle``: each epoch's permutation is drawn in one stateless op keyed by ``(seed, epoch)``, so every epoch
+    of a ``repeat``-ed dataset has its own order, two pipelines built with one seed yield identical batches, and
+    iterating a non-repeated dataset again gives the same epoch. Every element of the pipeline is a whole batch:
+    nothing in tf.data runs per row (a row-level ``shuffle`` buffer over the whole data costs microseconds per row
+    and, under ``repeat``, stalls training while it refills at every epoch). Batches never span two epochs; the
+    last one of an epoch is smaller unless ``drop_remainder``.
     """
     import tensorflow as tf
 
@@ -188,12 +189,16 @@ def to_dataset(arrays: Mapping[str, np.ndarray], batch_size: int, shuffle: bool 
         raise ValueError(f"arrays must have one common length, got {sorted(sizes)}")
     size = sizes.pop()
     tensors = {key: tf.constant(value) for key, value in arrays.items()}
-    rows = tf.data.Dataset.range(size)
-    if shuffle:
-        rows = rows.shuffle(buffer_size or max(size, 1), seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        rows = rows.repeat()
-    rows = rows.batch(batch_size, drop_remainder=drop_remainder)
-    batches = rows.map(lambda index: {key: tf.gather(tensor, index) for key, tensor in tensors.items()},
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    starts = np.arange(0, size - batch_size + 1 if drop_remainder else size, batch_size, dtype=np.int64)
+
+    def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+        rows = tf.range(size, dtype=tf.int64)
+        if shuffle:
+            rows = tf.random.experimental.stateless_shuffle(rows, seed=tf.stack([tf.constant(seed, tf.int64), epoch]))
+        return tf.data.Dataset.from_tensor_slices(starts).map(lambda start: rows[start:start + batch_size])
+
+    epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+    batches = epochs.flat_map(epoch_batches).map(
+        lambda index: {key: tf.gather(tensor, index) for key, tensor in tensors.items()},
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.prefetch(tf.data.AUTOTUNE)

@@ -11,6 +11,9 @@ arithmetic; the model reduces the per-example losses by the global batch size.
   2019, section 4), updated once per training step. Optional mixed negatives (Yang et al. 2020): extra sampled items;
   then every column is corrected by ``log(Q_batch + Q_sampler)`` (``sampling.mixture_log_q``), both expected counts.
 * ``FullSoftmax``: every item of the catalogue is a negative (exact; small catalogues).
+
+``xla_compatible``: whether the objective can run inside an XLA-compiled training step. TensorFlow's candidate
+samplers (``tf.random.*_candidate_sampler``) have no XLA kernel, so objectives that sample negatives cannot.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class SampledSoftmax(tf.keras.layers.Layer):
 
     def __init__(self, candidates: tf.keras.layers.Layer, sampler: CandidateSampler, temperature: float):
         super().__init__(name="sampled_softmax")
+        self.xla_compatible = False
         self.candidates = candidates
         self.sampler = sampler
         self.temperature = float(temperature)
@@ -83,6 +87,7 @@ class InBatchSoftmax(tf.keras.layers.Layer):
                  counts: Optional[np.ndarray] = None, estimator: Optional[StreamingFrequencyEstimator] = None,
                  sampler: Optional[CandidateSampler] = None):
         super().__init__(name="in_batch_softmax")
+        self.xla_compatible = sampler is None
         self.item_tower = item_tower
         self.temperature = float(temperature)
         self.log_q_mode = log_q
@@ -136,6 +141,7 @@ class FullSoftmax(tf.keras.layers.Layer):
 
     def __init__(self, item_tower: tf.keras.layers.Layer, vocab_size: int, temperature: float):
         super().__init__(name="full_softmax")
+        self.xla_compatible = True
         self.item_tower = item_tower
         self.vocab_size = int(vocab_size)
         self.temperature = float(temperature)

@@ -57,6 +57,11 @@ class TwoTowerModel(tfrs.Model):
         return "cosine" if normalized else "dot"
 
     @property
+    def xla_compatible(self) -> bool:
+        """Whether the training step can be XLA-compiled (the objective samples no negatives)."""
+        return bool(getattr(self.objective, "xla_compatible", False))
+
+    @property
     def item_vocab_size(self) -> int:
         return (self.item_tower or self.output_table).vocab_size
 
@@ -75,6 +80,12 @@ class TwoTowerModel(tfrs.Model):
         with tf.GradientTape() as tape:
             loss = self.compute_loss(inputs, training=True)
         gradients = tape.gradient(loss, self.trainable_variables)
+        if self.jit_compile:
+            # Embedding gradients arrive as row slices. XLA sums them into a dense gradient in one fused loop (~10x
+            # faster than TensorFlow's CPU segment sum, which Keras would run to de-duplicate the rows, with a
+            # tf.unique that XLA cannot compile). With Adam the update touches every row anyway (dense decay of
+            # the moments), so a dense gradient costs no extra pass over the table.
+            gradients = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in gradients]
         self.optimizer.apply_gradients(zip(gradients, self.trainable_variables, strict=True))
         return {m.name: m.result() for m in self.metrics}
 
