@@ -111,6 +111,24 @@ def test_grouped_loss_equals_sgns_with_repeated_negatives():
     np.testing.assert_allclose(grouped.numpy(), reference.numpy(), rtol=1e-5)
 
 
+@pytest.mark.parametrize("group", [1, 3])
+def test_closed_form_gradients_equal_autodiff_of_the_weighted_loss(group):
+    rng = np.random.default_rng(group)
+    target, context = (tf.constant(rng.normal(size=(6, 5)), tf.float32) for _ in range(2))
+    negatives = tf.constant(rng.normal(size=(6 // group, 4, 5)), tf.float32)
+    weights = tf.constant(rng.uniform(0, 2, 6), tf.float32)
+    model = item2vec.Item2Vec(10, 5, negative_group=group)
+    with tf.GradientTape() as tape:
+        tape.watch([target, context, negatives])
+        loss = model.pair_loss(target, context, negatives)
+        total = tf.reduce_sum(loss * weights)
+    expected = tape.gradient(total, [target, context, negatives])
+    got_loss, *got = model.pair_gradients(target, context, negatives, weights)
+    np.testing.assert_allclose(got_loss.numpy(), loss.numpy(), rtol=1e-5)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_step_is_sgd_on_the_summed_loss():
     """One sparse step (gather -> grads of the gathered rows -> scatter_sub) equals dense SGD on the full tables,
     with repeated indices accumulating."""
@@ -146,7 +164,7 @@ def test_deterministic_under_a_seed(planted):
 
 def test_resume_continues_the_same_run(planted, tmp_path):
     """Interrupted mid-epoch and resumed from the checkpoint: the same vectors as the uninterrupted run; a finished
-    run returns its vectors without training. (Also exercises subsampling and scatter chunks.)"""
+    run returns its vectors without training. (Also exercises subsampling.)"""
     users, items, times, vocab, _ = planted
     config = _config(subsample=0.02, batch_size=2048, negative_group=64, epochs=2, log_every_steps=1,
                      checkpoint_every_steps=1)
