@@ -143,25 +143,13 @@ def child(side: str, smoke: bool, settings: dict) -> dict:
         fit = lambda: _train_ours(train, vocab, c)  # noqa: E731
     else:
         fit = _train_gensim(train, vocab, c, shrink=c.shrink_window)
-    rss_before = _peak_rss_mb()
+    rss_before = common.peak_rss_mb()
     wall, cpu = time.perf_counter(), time.process_time()
     vectors = fit()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     recall, users = recall_at_k(vectors, train, test, vocab)
     return {"train_s": wall, "train_cpu_s": cpu, "recall": recall, "users": users,
-            "peak_rss_mb": _peak_rss_mb(), "peak_rss_before_training_mb": rss_before}
-
-
-def _peak_rss_mb() -> float:
-    """Peak RSS of this process's address space in MiB: ``VmHWM`` of ``/proc/self/status``. ``ru_maxrss`` is not
-    used on Linux because a child keeps the high-water mark of the parent it was forked from (a parent that imported
-    TensorFlow would set the floor of the gensim side)."""
-    try:
-        with open("/proc/self/status") as f:
-            line = next(line for line in f if line.startswith("VmHWM:"))
-        return int(line.split()[1]) / 1024
-    except (OSError, StopIteration):
-        return common.peak_rss_mb()
+            "peak_rss_mb": common.peak_rss_mb(), "peak_rss_before_training_mb": rss_before}
 
 
 def _spawn(side: str, smoke: bool, settings: dict) -> dict:
