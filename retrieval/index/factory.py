@@ -18,8 +18,8 @@ recall@100 against exact search, single-thread CPU time, so that a busy shared m
   dimension, scanned with FAISS's SIMD "fast scan" (Andre et al. 2017, "Accelerated nearest neighbor search with
   Quick ADC"), then the shortlist of k * k_factor_rf re-ranked with exact distances (``RFlat``). nprobe and
   k_factor_rf are tuned to the recall floor. Memory: the raw vectors plus d / 2 bytes of codes per item.
-  At 1M items: 81x Flat's single-thread QPS at recall@100 0.961 (nprobe 54, k_factor_rf 4), against IVF4096,Flat
-  41x (nprobe 44), HNSW32 19x (efSearch 267; 4x the build CPU time, twice the memory) and the same fast-scan codes
+  At 1M items: 78-81x Flat's single-thread QPS at recall@100 0.961 (nprobe 54, k_factor_rf 4), against IVF4096,Flat
+  38-41x (nprobe 44), HNSW32 17-19x (efSearch 267; 4x the build CPU time, twice the memory) and the same fast-scan codes
   without residuals 24x (their codes alone reach recall 0.53, so the re-ranking needs k_factor_rf 32). At 250k items
   33x vs IVF-Flat's 17x; at 60k 6.7x vs 5.9x. 8192 lists, an HNSW coarse quantizer or SQ8 codes were slower at the
   same recall or could not reach it. HNSW also assumes a metric space: with raw inner product (``ip``) its recall
