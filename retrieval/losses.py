@@ -224,6 +224,10 @@ def sgns(target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor) -> tf.Tens
         negative_logits = tf.matmul(target, negatives, transpose_b=True)
     else:
         negative_logits = tf.einsum("bd,bkd->bk", target, negatives)
-    negative_logits = tf.cast(negative_logits, tf.float32)
-    # -log sigmoid(x) = softplus(-x), stable for large |x|.
-    return tf.nn.softplus(-positive_logit) + tf.reduce_sum(tf.nn.softplus(negative_logits), axis=1)
+    return sgns_from_logits(positive_logit, tf.cast(negative_logits, tf.float32))
+
+
+def sgns_from_logits(positive_logit: tf.Tensor, negative_logits: tf.Tensor) -> tf.Tensor:
+    """``sgns`` from its logits: ``positive_logit [...]`` (``u . v``) and ``negative_logits [..., K]`` (``u . n_k``)
+    -> ``[...]``. -log sigmoid(x) = softplus(-x), stable for large |x|."""
+    return tf.nn.softplus(-positive_logit) + tf.reduce_sum(tf.nn.softplus(negative_logits), axis=-1)

@@ -38,7 +38,7 @@ from retrieval.artifacts import PathLike, RunPaths
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import export_mean_pooling_encoder, write_item_embeddings
-from retrieval.losses import sgns
+from retrieval.losses import sgns_from_logits
 from retrieval.models import item2vec_train
 
 VECTORS = ("input", "average")
@@ -106,15 +106,19 @@ class Item2Vec(tf.keras.Model):
         self.target_embedding.build(None)
         self.context_embedding.build(None)
 
+    def _grouped_logits(self, target: tf.Tensor, context: tf.Tensor,
+                        negatives: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``(u, v, s+, s)``: target and context vectors as groups ``[G, g, d]`` (group ``r`` = pairs ``r * g ..
+        r * g + g - 1``, sharing the negatives ``[G, K, d]``), their logits ``s+ = u . v`` ``[G, g]`` and the
+        negative logits ``s_k = u . n_k`` ``[G, g, K]`` (one batched matmul)."""
+        u, v = (tf.reshape(x, [-1, self.negative_group, self.dim]) for x in (target, context))
+        return u, v, tf.reduce_sum(u * v, axis=-1), tf.matmul(u, negatives, transpose_b=True)
+
     def pair_loss(self, target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor) -> tf.Tensor:
         """``sgns`` per pair from vectors: target, context ``[B, d]``, negatives ``[B // g, K, d]`` (row ``r`` serves
-        pairs ``r * g .. r * g + g - 1``). Each group goes through ``sgns``'s shared-negatives form (one matmul),
-        vectorized over the groups (``tf.vectorized_map``: one batched matmul)."""
-        if self.negative_group == 1:
-            return sgns(target, context, negatives)
-        grouped = [tf.reshape(x, [-1, self.negative_group, self.dim]) for x in (target, context)]
-        losses = tf.vectorized_map(lambda g: sgns(g[0], g[1], g[2]), (grouped[0], grouped[1], negatives))
-        return tf.reshape(losses, [-1])
+        pairs ``r * g .. r * g + g - 1``)."""
+        _, _, positive, negative = self._grouped_logits(target, context, negatives)
+        return tf.reshape(sgns_from_logits(positive, negative), [-1])
 
     def pair_gradients(self, target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor,
                        weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -124,20 +128,16 @@ class Item2Vec(tf.keras.Model):
         With ``s+ = u . v`` and ``s_k = u . n_k``: ``d loss / d s+ = sigmoid(s+) - 1`` and ``d loss / d s_k =
         sigmoid(s_k)`` (word2vec's update, Mikolov et al. 2013), so ``d_u = (sigmoid(s+) - 1) v + sum_k sigmoid(s_k)
         n_k``, ``d_v = (sigmoid(s+) - 1) u`` and a shared negative gets the sum over its group. Written out by hand
-        because automatic differentiation of the grouped form (``vectorized_map``) costs about twice as many ops per
-        training step; ``tests/test_item2vec.py`` checks it against ``tf.GradientTape``."""
-        g = self.negative_group
-        u, v = (tf.reshape(x, [-1, g, self.dim]) for x in (target, context))  # [G, g, d]
-        weights = tf.reshape(weights, [-1, g])
-        positive = tf.reduce_sum(u * v, axis=-1)  # [G, g]
-        negative = tf.matmul(u, negatives, transpose_b=True)  # [G, g, K]
-        loss = tf.nn.softplus(-positive) + tf.reduce_sum(tf.nn.softplus(negative), axis=-1)
+        because automatic differentiation costs about twice as many ops per training step;
+        ``tests/test_item2vec.py`` checks it against ``tf.GradientTape``."""
+        u, v, positive, negative = self._grouped_logits(target, context, negatives)
+        weights = tf.reshape(weights, [-1, self.negative_group])
         d_positive = ((tf.sigmoid(positive) - 1.0) * weights)[..., tf.newaxis]  # [G, g, 1]
         d_negative = tf.sigmoid(negative) * weights[..., tf.newaxis]  # [G, g, K]
         d_target = d_positive * v + tf.matmul(d_negative, negatives)
         d_negatives = tf.matmul(d_negative, u, transpose_a=True)  # [G, K, d]
-        return (tf.reshape(loss, [-1]), tf.reshape(d_target, [-1, self.dim]), tf.reshape(d_positive * u, [-1, self.dim]),
-                d_negatives)
+        return (tf.reshape(sgns_from_logits(positive, negative), [-1]), tf.reshape(d_target, [-1, self.dim]),
+                tf.reshape(d_positive * u, [-1, self.dim]), d_negatives)
 
     def call(self, inputs: dict) -> tf.Tensor:
         return self.pair_loss(self.target_embedding(inputs["target"]), self.context_embedding(inputs["context"]),
