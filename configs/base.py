@@ -53,8 +53,14 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     # Optional validation file for split == "files" (early stopping); empty: none.
     config.data.validation_path = ""
     # File format: csv | tsv | parquet | movielens (ratings.dat or u.data) | user_items (`user item item ...` per
-    # line, items in time order) | auto (guessed from the file name, logged).
+    # line) | auto (guessed from the file name, logged).
     config.data.format = "auto"
+    # Order of each user's interactions: "time" (a sequence: timestamps, else file order; next-item examples),
+    # "none" (a set, e.g. a random-holdout benchmark split: every training pair is a target, its history a random
+    # subset of the user's other items) or "auto" (time with a timestamp column; for user_items files, none when
+    # the lines are sorted by item id). The decision and its evidence are logged and written to the manifest.
+    # Splits that need time (leave_last_n, temporal) refuse set data.
+    config.data.order = "auto"
     # Column names in the input files (csv, tsv, parquet). timestamp_column may be empty when there is none.
     config.data.user_column = "user_id"
     config.data.item_column = "item_id"
@@ -72,9 +78,8 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.split = "leave_last_n"
     # leave_last_n: items per user held out for test (and as many for validation when validation is true).
     config.data.holdout_n = 1
-    # Also hold out a validation part (the items before the test ones), written to data/validation.parquet for
-    # tuning. (Early stopping on it is available in retrieval.training.fit(evaluate_fn=...); this pipeline does not
-    # wire it yet.)
+    # Also hold out a validation part (the items before the test ones), written to data/validation.parquet; with
+    # train.early_stopping_patience > 0, training stops on its full-corpus recall (see train.eval_*).
     config.data.validation = False
     # temporal: interactions at or after this quantile of timestamps are test.
     config.data.temporal_quantile = 0.9
@@ -91,8 +96,11 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.eval.ks = (10, 20, 50, 100)
     # Exclude each user's training items from the ranking ("seen excluded"; the standard protocol).
     config.eval.exclude_train = True
-    # Baselines computed in the same run for the report: most_popular, random, item_knn.
-    config.eval.baselines = ("most_popular", "random", "item_knn")
+    # Baselines computed in the same run for the report: most_popular, random, item_knn, ease (EASE^R, skipped above
+    # 20k items: it needs the dense item x item matrix).
+    config.eval.baselines = ("most_popular", "random", "item_knn", "ease")
+    # EASE^R's L2 weight lambda (Steck 2019; 500 suits MovieLens-sized data).
+    config.eval.ease_lambda = 500.0
     # Bootstrap resamples over users for the 95% intervals (0: none).
     config.eval.bootstrap = 200
 

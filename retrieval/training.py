@@ -20,7 +20,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 import ml_collections
 import numpy as np
@@ -32,6 +32,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval import distributed
 from retrieval.artifacts import PathLike
 from retrieval.data.examples import to_dataset
+from retrieval.data.set_examples import SetExamples
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
 
@@ -70,6 +71,9 @@ def default_train_config() -> ml_collections.ConfigDict:
     config.early_stopping_patience = 0
     # Name under which the validation metric is logged (Keras logs, TensorBoard).
     config.eval_metric_name = "val_recall"
+    # Cut-off of the validation recall the pipeline computes for early stopping (validation data required:
+    # data.validation_path with split "files", or data.validation with leave_last_n).
+    config.eval_k = 20
     # Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG).
     config.strategy = "default"
     # Seed of the shuffling (the pipelines set it from the top-level `seed`).
@@ -225,10 +229,20 @@ def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> 
     return model.xla_compatible and model.distribute_strategy.num_replicas_in_sync == 1
 
 
-def build_variables(model: TwoTowerModel, examples: Mapping[str, np.ndarray]) -> None:
+Examples = Union[Mapping[str, np.ndarray], SetExamples]
+
+
+def _dataset(examples: Examples, batch_size: int, **kwargs) -> tf.data.Dataset:
+    if isinstance(examples, SetExamples):
+        return examples.to_dataset(batch_size, **kwargs)
+    return to_dataset(examples, batch_size, **kwargs)
+
+
+def build_variables(model: TwoTowerModel, examples: Examples) -> None:
     """Creates every variable of the model (and the optimizer slots once compiled), in the model's strategy scope,
     so that a checkpoint restores at once (not deferred) and weights can be copied in (warm start)."""
-    sample = {key: tf.constant(value[:2]) for key, value in examples.items()}
+    head = examples.head(2) if isinstance(examples, SetExamples) else examples
+    sample = {key: tf.constant(value[:2]) for key, value in head.items()}
     with model.distribute_strategy.scope():
         model(sample)
         model.item_vectors(tf.cast(sample["label"], tf.int32))
@@ -236,16 +250,18 @@ def build_variables(model: TwoTowerModel, examples: Mapping[str, np.ndarray]) ->
             model.optimizer.build(model.trainable_variables)
 
 
-def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_collections.ConfigDict, *,
+def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigDict, *,
         checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
         evaluate_fn: Optional[Callable[[], float]] = None,
         validation_examples: Optional[Mapping[str, np.ndarray]] = None) -> FitResult:
-    """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``), resuming from
-    the latest checkpoint in ``checkpoint_dir`` if there is one.
+    """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``) or set examples
+    (``retrieval.data.set_examples.SetExamples``), resuming from the latest checkpoint in ``checkpoint_dir`` if there
+    is one.
 
     Args:
       model: built by ``build_model`` (inside ``strategy.scope()`` when distributed); compiled here.
-      examples: equal-length arrays ``user``, ``history``, ``history_length``, ``label``, optional ``example_age``.
+      examples: equal-length arrays ``user``, ``history``, ``history_length``, ``label``, optional ``example_age``;
+        or ``SetExamples``, whose histories are redrawn every epoch.
       config: the ``train`` section (``default_train_config``).
       checkpoint_dir: where checkpoints go (every ``checkpoint_every_steps`` and at the end); None: no checkpoints.
       tensorboard_dir: TensorBoard log directory; None: none.
@@ -256,7 +272,7 @@ def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_col
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
     """
-    num_examples = len(examples["label"])
+    num_examples = len(examples) if isinstance(examples, SetExamples) else len(examples["label"])
     if num_examples == 0:
         raise InputError("no training examples", field="train")
     steps_per_epoch = math.ceil(num_examples / config.batch_size)
@@ -281,7 +297,7 @@ def fit(model: TwoTowerModel, examples: Mapping[str, np.ndarray], config: ml_col
         if step >= total_steps:
             logging.info("training already complete (step %d of %d)", step, total_steps)
             return FitResult(history={}, step=step)
-        dataset = to_dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
+        dataset = _dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
         log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
         callbacks = [StopAtStep(total_steps)]
         early = None

@@ -55,3 +55,22 @@ def test_random_is_seeded():
 def test_make_rejects_unknown_names(incidence):
     with pytest.raises(ValueError, match="unknown baseline"):
         baselines.make("svd", incidence[1], 30, np.ones(30))
+
+
+def test_ease_matches_closed_form(incidence):
+    """EASE^R (Steck 2019, eq. 8) against a float64 reference built from its definition: P = (X^T X + lambda I)^-1,
+    B = I - P diag(1/diag(P)); scores X B with a zero diagonal."""
+    dense, train = incidence
+    l2 = 5.0
+    precision = np.linalg.inv(dense.T @ dense + l2 * np.eye(dense.shape[1]))
+    reference = np.eye(dense.shape[1]) - precision / np.diag(precision)[None, :]
+    assert np.allclose(np.diag(reference), 0.0)
+    ease = baselines.Ease(train, dense.shape[1], l2=l2, block_users=7)
+    rows = np.array([3, 0, 59, 21])
+    np.testing.assert_allclose(ease(rows), dense[rows] @ reference, rtol=1e-4, atol=1e-5)
+
+
+def test_ease_is_skipped_above_its_size_limit(incidence, monkeypatch):
+    dense, train = incidence
+    monkeypatch.setattr(baselines, "EASE_MAX_ITEMS", dense.shape[1] - 1)
+    assert baselines.make("ease", train, dense.shape[1], dense.sum(axis=0)) is None

@@ -69,7 +69,8 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
              ks: Sequence[int] = DEFAULT_KS, *, popularity: Optional[np.ndarray] = None, exclude_train: bool = True,
              baselines: Sequence[str] = baselines_lib.NAMES, others: Optional[Mapping[str, ranking.Scorer]] = None,
              n_bootstrap: int = 1000, seed: int = 0, ann_index=None, ann_index_offset: int = 0,
-             head_share: float = 0.8, max_block_bytes: int = 256 << 20) -> dict:
+             head_share: float = 0.8, max_block_bytes: int = 256 << 20,
+             ease_lambda: float = baselines_lib.EASE_LAMBDA) -> dict:
     """Full-corpus evaluation of ``user_vectors @ item_vectors.T`` and the baselines; returns flat metrics.
 
     Args:
@@ -79,13 +80,15 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
       test: [U, V] relevant items per user.
       ks: cut-offs.
       popularity: [V] training interaction counts (default: users per item in ``train``).
-      baselines: names from ``baselines.NAMES``, computed in the same run.
+      baselines: names from ``baselines.NAMES``, computed in the same run (a baseline that does not fit the
+        catalogue, EASE^R above its size limit, is skipped and listed under ``protocol/skipped_baselines``).
       others: more systems (scorers) reported under ``<name>/`` and compared with the model, e.g. another run.
       n_bootstrap: resamples for intervals and paired tests (0: none).
       ann_index: optional index with ``.search(queries, k)``; item index = its id + ``ann_index_offset`` (see
         ``ranking.ann_top_k``).
       head_share: share of training interactions the popularity head holds (tail metrics).
       max_block_bytes: memory bound of one score block.
+      ease_lambda: EASE^R's L2 weight.
     """
     ks = sorted({int(k) for k in ks})
     n_users, n_items = len(user_vectors), len(item_vectors)
@@ -111,8 +114,9 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
     }
     exclude = train if exclude_train else None
     systems = [("", "model", ranking.dot_scorer(user_vectors, item_vectors))]
-    systems += [(f"baseline/{name}/", name, baselines_lib.make(name, train, n_items, popularity, seed))
-                for name in baselines]
+    scorers = {name: baselines_lib.make(name, train, n_items, popularity, seed, ease_lambda) for name in baselines}
+    out["protocol/skipped_baselines"] = [name for name, scorer in scorers.items() if scorer is None]
+    systems += [(f"baseline/{name}/", name, scorer) for name, scorer in scorers.items() if scorer is not None]
     systems += [(f"{name}/", name, scorer) for name, scorer in (others or {}).items()]
     model = None
     for prefix, tag, scorer in systems:

@@ -86,10 +86,21 @@ def load_run_model(run_dir) -> RunModel:
                     item_vectors, encoder)
 
 
+def _order_note(run_dir) -> str:
+    """How each user's training interactions were ordered (the manifest's ``data_order``), for the protocol line."""
+    order = (read_json_if_present(artifacts.RunPaths(run_dir).manifest).get("data_order") or {}).get("order")
+    if order == "none":
+        return "; order: none (sets: every training pair a target, histories random subsets of the other items)"
+    if order == "time":
+        return "; order: time (next-item examples)"
+    return ""
+
+
 def protocol_of(run_dir, test_path: Optional[str] = None) -> tuple[str, str]:
-    """(split name, one-line description) from the run's ``config.json``; an explicit test file wins."""
+    """(split name, one-line description) from the run's ``config.json``, with the data order from its manifest; an
+    explicit test file wins."""
     if test_path:
-        return "files", protocols.describe("files", path=test_path)
+        return "files", protocols.describe("files", path=test_path) + _order_note(run_dir)
     config = read_json_if_present(artifacts.RunPaths(run_dir).config)
     data = config.get("data", {})
     params = {
@@ -100,5 +111,5 @@ def protocol_of(run_dir, test_path: Optional[str] = None) -> tuple[str, str]:
     }
     name = data.get("split")
     if name in params:
-        return name, protocols.describe(name, **params[name])
+        return name, protocols.describe(name, **params[name]) + _order_note(run_dir)
     return "unknown", "the run's data/test.parquet (split not recorded in config.json)"

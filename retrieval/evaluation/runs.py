@@ -21,7 +21,8 @@ from retrieval.errors import InputError
 from retrieval.evaluation import baselines as baselines_lib
 from retrieval.evaluation import evaluator, loading, protocols, ranking, report
 
-DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000}
+DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
+            "ease_lambda": baselines_lib.EASE_LAMBDA}
 
 
 def _settings(run_dir, **given) -> dict:
@@ -98,7 +99,7 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
         n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index,
         ann_index_offset=ann_index_offset, head_share=head_share,
-        max_block_bytes=max_block_bytes)
+        max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"])
     result.update(data.counts)
     result.update({"protocol": description, "protocol/split": split, "protocol/metric": model.metric,
                    "run_id": model.run_id})

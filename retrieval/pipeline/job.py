@@ -32,7 +32,9 @@ import retrieval
 from retrieval import artifacts
 from retrieval.data import examples as examples_lib
 from retrieval.data import features as features_lib
+from retrieval.data import order as order_lib
 from retrieval.data import readers, splits
+from retrieval.data.set_examples import SetExamples
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.pipeline import gate, provenance
@@ -42,6 +44,7 @@ from retrieval.pipeline.stages import StageRunner
 
 MODEL_TYPES = ("two_tower", "item2vec")
 SPLITS = ("leave_last_n", "temporal", "random", "files")
+TIME_SPLITS = ("leave_last_n", "temporal")
 
 
 @dataclasses.dataclass
@@ -158,26 +161,43 @@ class TrainingJob:
         if decision is not None:
             manifest["gate"] = decision
         manifest.update(self.stages.summary("export") or {})
+        manifest["data_order"] = (self.stages.summary("prepare") or {}).get("order")
         artifacts.write_json(self.paths.manifest, manifest)
 
     # ------------------------------------------------------------------ stages
-    def _split(self) -> splits.Split:
+    def _split(self) -> tuple[splits.Split, order_lib.OrderDecision]:
+        """Reads and splits the data, and decides its order (``data.order``). Set data gets a seeded random order
+        within each user, so every consumer's "most recent first, capped" history is a random subset."""
         d, columns = self.config.data, _columns(self.config.data)
+        fmt = readers.guess_format(d.train_path) if d.format == "auto" else d.format
         if d.split == "files":
             if not d.test_path:
                 raise InputError("split 'files' needs data.test_path", field="data.test_path")
-            return splits.from_files(d.train_path, d.test_path, d.validation_path or None, d.format, columns,
-                                     policy=d.unknown_policy)
+            split = splits.from_files(d.train_path, d.test_path, d.validation_path or None, d.format, columns,
+                                      policy=d.unknown_policy)
+            decision = order_lib.resolve(d.order, split.train, fmt, d.train_path)
+            if decision.order == "none":
+                split.train = order_lib.shuffle_within_users(split.train, self.config.seed)
+            return split, decision
         log = readers.read_interactions(d.train_path, d.format, columns)
+        decision = order_lib.resolve(d.order, log, fmt, d.train_path)
+        if decision.order == "none":
+            if d.split in TIME_SPLITS:
+                raise InputError(f"data.split={d.split} needs time order, but the data are sets ({decision.evidence});"
+                                 f" use data.split=random or files, or set data.order=time", path=d.train_path,
+                                 field="data.split")
+            log = order_lib.shuffle_within_users(log, self.config.seed)
         if d.split == "leave_last_n":
-            return splits.leave_last_n_out(log, d.holdout_n, validation_n=d.holdout_n if d.validation else 0,
-                                           policy=d.unknown_policy)
-        if d.split == "temporal":
-            return splits.temporal_cutoff(log, test_fraction=1.0 - d.temporal_quantile, policy=d.unknown_policy)
-        return splits.random_holdout(log, d.holdout_fraction, seed=self.config.seed, policy=d.unknown_policy)
+            split = splits.leave_last_n_out(log, d.holdout_n, validation_n=d.holdout_n if d.validation else 0,
+                                            policy=d.unknown_policy)
+        elif d.split == "temporal":
+            split = splits.temporal_cutoff(log, test_fraction=1.0 - d.temporal_quantile, policy=d.unknown_policy)
+        else:
+            split = splits.random_holdout(log, d.holdout_fraction, seed=self.config.seed, policy=d.unknown_policy)
+        return split, decision
 
     def _prepare(self) -> dict:
-        split = self._split()
+        split, order = self._split()
         item_ids = split.train["item_id"].to_numpy()
         previous = self.model_dir.latest() if self.config.publish.warm_start else None
         if previous is not None and previous.item_vocab.exists():
@@ -196,7 +216,7 @@ class TrainingJob:
         return {"train_interactions": len(split.train), "test_interactions": len(split.test),
                 "validation_interactions": 0 if split.validation is None else len(split.validation),
                 "users": user_vocab.size - 2, "items": item_vocab.size - 2,
-                "dropped": {k: int(v) for k, v in split.dropped.items()}}
+                "dropped": {k: int(v) for k, v in split.dropped.items()}, "order": order.as_dict()}
 
     def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
@@ -235,11 +255,7 @@ class TrainingJob:
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
         users, items, timestamps = self._indexed_train(item_vocab, user_vocab)
-        cap = c.data.get("max_examples_per_user", 0) or None
-        use_age = bool(c.model.user_tower.use_example_age and timestamps is not None)
-        examples = examples_lib.next_item_examples(users, items, timestamps, max_history=c.model.max_history,
-                                                   example_age=use_age, max_examples_per_user=cap, seed=c.seed)
-        logging.info("%d next-item examples from %d interactions", len(examples["label"]), len(items))
+        examples = self._examples(users, items, timestamps)
         strategy = distributed.make_strategy(c.train.strategy)
         with strategy.scope():
             model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
@@ -249,9 +265,41 @@ class TrainingJob:
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in
             warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
         result = training.fit(model, examples, c.train, checkpoint_dir=self.paths.checkpoints,
-                              tensorboard_dir=self.paths.tensorboard)
+                              tensorboard_dir=self.paths.tensorboard, evaluate_fn=self._validation_fn(model))
         self._model = model
         return model, result
+
+    def _is_set_data(self) -> bool:
+        return ((self.stages.summary("prepare") or {}).get("order") or {}).get("order") == "none"
+
+    def _examples(self, users: np.ndarray, items: np.ndarray, timestamps: Optional[np.ndarray]):
+        """Set examples for set data, else YoutubeDNN next-item examples."""
+        c = self.config
+        if self._is_set_data():
+            examples = SetExamples.from_pairs(users, items, c.model.max_history)
+            logging.info("%d set examples (every training pair; histories redrawn each epoch)", len(examples))
+            return examples
+        cap = c.data.get("max_examples_per_user", 0) or None
+        use_age = bool(c.model.user_tower.use_example_age and timestamps is not None)
+        examples = examples_lib.next_item_examples(users, items, timestamps, max_history=c.model.max_history,
+                                                   example_age=use_age, max_examples_per_user=cap, seed=c.seed)
+        logging.info("%d next-item examples from %d interactions", len(examples["label"]), len(items))
+        return examples
+
+    def _validation_fn(self, model):
+        """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation
+        data or patience."""
+        from retrieval.evaluation.validation import recall_fn
+
+        t = self.config.train
+        if t.early_stopping_patience <= 0 or not self.paths.validation_data.exists():
+            return None
+        validation = pd.read_parquet(self.paths.validation_data)
+        if validation.empty:
+            return None
+        item_vocab, user_vocab = self._vocabularies()
+        return recall_fn(model, pd.read_parquet(self.paths.train_data), validation, item_vocab, user_vocab,
+                         k=t.eval_k)
 
     def _train_item2vec(self) -> dict:
         self._model = self._item2vec_vectors()

@@ -1,0 +1,92 @@
+"""Training examples for set data (``data.order=none``): every training (user, item) pair is a target, and its
+history is a fresh random subset of the user's *other* training items, redrawn every epoch.
+
+Next-item examples (``examples.next_item_examples``) would teach a model "the item that follows on the line", which
+on a set is an artefact of how the file was written (on id-sorted lines: the next larger id). The set examples follow
+the MF / two-tower practice on set benchmarks (e.g. SimpleX, Mao et al. 2021, sec. 3.1: the user is her interacted
+items, aggregated): the target is held out of its own history, and which other items the user tower sees is random.
+
+The sampling runs inside ``tf.data``, per epoch, with no per-example Python: the pairs are grouped by user in a random
+order (one stateless argsort keyed by ``(seed, epoch)``), and the history of the pair at position ``p`` of its
+user's ``L`` pairs is the next ``min(L - 1, max_history)`` positions, cyclically. Each history is thereby a uniform
+random subset of the other items, without replacement, never containing the target; a new epoch draws a new order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported in to_dataset)
+from retrieval.data.vocab import NUM_RESERVED
+
+
+@dataclasses.dataclass
+class SetExamples:
+    """Training pairs (``user`` [N], ``label`` [N] int32 indices) whose histories are drawn by :meth:`to_dataset`.
+
+    Pairs with an unknown item (index < 2) are dropped; an unknown item never enters a history either.
+    """
+
+    user: np.ndarray
+    label: np.ndarray
+    max_history: int
+
+    @classmethod
+    def from_pairs(cls, user_idx: np.ndarray, item_idx: np.ndarray, max_history: int) -> SetExamples:
+        if max_history < 1:
+            raise ValueError("max_history must be >= 1")
+        user_idx, item_idx = np.asarray(user_idx, np.int64), np.asarray(item_idx, np.int64)
+        known = item_idx >= NUM_RESERVED
+        order = np.argsort(user_idx[known], kind="stable")
+        return cls(user_idx[known][order].astype(np.int32), item_idx[known][order].astype(np.int32),
+                   int(max_history))
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+    def head(self, n: int) -> dict[str, np.ndarray]:
+        """The first ``n`` examples with the histories of epoch 0 (for building variables)."""
+        batch = next(iter(self.to_dataset(max(n, 1), shuffle=False).take(1)))
+        return {key: value.numpy()[:n] for key, value in batch.items()}
+
+    def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
+        """``tf.data.Dataset`` of dict batches ``user``, ``history`` [B, max_history] (0-padded), ``history_length``,
+        ``label``; the histories are redrawn every epoch (see the module docstring). Deterministic under ``seed``,
+        like ``examples.to_dataset``: every element is a whole batch, and batches never span two epochs."""
+        import tensorflow as tf
+
+        size = len(self.label)
+        users = tf.constant(self.user)
+        labels = tf.constant(self.label)
+        lengths = np.bincount(self.user, minlength=int(self.user.max(initial=-1)) + 1)
+        starts_of_user = tf.constant(np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int32))
+        length_of_user = tf.constant(lengths.astype(np.int32))
+        offsets = tf.range(self.max_history, dtype=tf.int32)
+        batch_starts = np.arange(0, size, batch_size, dtype=np.int64)
+
+        def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+            key = tf.stack([tf.constant(seed, tf.int64), epoch])
+            # Random order within each user: pairs are already grouped by user, so sort by (user, random rank).
+            rank = tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), seed=key)
+            grouped = tf.argsort(tf.cast(users, tf.int64) * size + rank, stable=True)
+            items = tf.gather(labels, grouped)
+            rows = tf.range(size, dtype=tf.int64)
+            if shuffle:
+                rows = tf.random.experimental.stateless_shuffle(rows, seed=key + [0, 1 << 40])
+
+            def batch(start: tf.Tensor) -> dict:
+                row = tf.cast(rows[start:start + batch_size], tf.int32)
+                user = tf.gather(users, row)
+                first, length = tf.gather(starts_of_user, user), tf.gather(length_of_user, user)
+                position = row - first
+                slot = first[:, None] + (position[:, None] + 1 + offsets[None, :]) % length[:, None]
+                count = tf.minimum(length - 1, self.max_history)
+                history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
+                return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
+
+            return tf.data.Dataset.from_tensor_slices(batch_starts).map(batch)
+
+        epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+        return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)

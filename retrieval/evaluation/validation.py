@@ -1,0 +1,54 @@
+"""Validation recall during training: the metric early stopping watches (``training.fit(evaluate_fn=...)``).
+
+The same protocol as the final evaluation, on the validation interactions: full-corpus exact ranking, the user's
+training items excluded, the history each user tower sees built as evaluation and serving build it (the user's
+training items, most recent first, capped at ``max_history``), recall@k with |validation items| as denominator.
+Everything but the two towers is prepared once; each call costs one pass of the user tower over the validation
+users, the item tower over the catalogue and a blocked top-k.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
+from retrieval.evaluation import evaluator, protocols
+
+
+def history_matrix(histories: list[np.ndarray], item_vocab: Vocabulary, max_history: int) -> np.ndarray:
+    """[len(histories), max_history] int32 item indices of the first ``max_history`` ids of each history, 0-padded."""
+    capped = [h[:max_history] for h in histories]
+    lengths = np.array([len(h) for h in capped], np.int64)
+    matrix = np.zeros((len(capped), max_history), np.int32)
+    if lengths.sum():
+        rows = np.repeat(np.arange(len(capped)), lengths)
+        cols = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        matrix[rows, cols] = item_vocab.lookup(np.concatenate(capped))
+    return matrix
+
+
+def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: Vocabulary,
+              user_vocab: Vocabulary, k: int = 20, batch_size: int = 4096) -> Callable[[], float]:
+    """``() -> recall@k`` of ``model``'s current weights (a ``TwoTowerModel``) on ``validation``."""
+    import tensorflow as tf
+
+    data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:])
+    rows = np.flatnonzero(data.test.lengths > 0)
+    users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
+    history = history_matrix(protocols.histories(train, data.user_ids[rows]), item_vocab, model.max_history)
+
+    def evaluate() -> float:
+        user_vectors = np.zeros((len(data.user_ids), model.item_vectors(tf.constant([0])).shape[-1]), np.float32)
+        for start in range(0, len(rows), batch_size):
+            block = slice(start, start + batch_size)
+            user_vectors[rows[block]] = model.user_vectors(tf.constant(users[block]), tf.constant(history[block]))
+        item_vectors = np.concatenate([np.zeros((NUM_RESERVED, user_vectors.shape[1]), np.float32),
+                                       model.catalogue_vectors()])
+        result = evaluator.evaluate(user_vectors, item_vectors, data.train, data.test, ks=(k,), baselines=(),
+                                    n_bootstrap=0, popularity=data.popularity)
+        return float(result[f"recall@{k}"])
+
+    return evaluate
