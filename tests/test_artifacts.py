@@ -1,12 +1,14 @@
-"""retrieval.artifacts: atomic file and directory replacement, including a rename failing at each step, and the
-atomic ``latest`` link (no TensorFlow)."""
+"""retrieval.artifacts: atomic file and directory replacement, including a rename failing at each step, the atomic
+``latest`` link, and an index directory written through them (no TensorFlow)."""
 
 import errno
 import os
 
+import numpy as np
 import pytest
 
 from retrieval import artifacts
+from retrieval.index import ItemIndex, build_index
 
 
 def _fail_calls(monkeypatch, name: str, failing: set) -> None:
@@ -95,3 +97,16 @@ def test_point_link_failure_keeps_the_old_target(tmp_path, monkeypatch):
         artifacts.point_link(tmp_path / "latest", "r2")
     assert os.readlink(tmp_path / "latest") == "r1"
     assert _entries(tmp_path) == ["latest"]
+
+
+def test_a_failed_index_save_keeps_the_old_index_loadable(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    ids = np.array([f"item{i}" for i in range(40)], dtype=object)
+    build_index(rng.standard_normal([40, 4]).astype(np.float32), ids, factory="Flat", recall_k=5).save(tmp_path / "index")
+    retrained = build_index(rng.standard_normal([40, 4]).astype(np.float32), ids[::-1].copy(), factory="Flat",
+                            recall_k=5)
+    _fail_calls(monkeypatch, "rename", {2})
+    with pytest.raises(OSError, match="injected"):
+        retrained.save(tmp_path / "index")
+    monkeypatch.undo()
+    assert list(ItemIndex.load(tmp_path / "index").id_map.ids_of(np.array([2, 3]))) == ["item0", "item1"]
