@@ -1,8 +1,10 @@
 """Run directories and atomic writes.
 
 Every artifact is written under a temporary name in its destination directory and then renamed, so a reader (a
-server, the next scheduled run, a person) sees either the old file or the new one, never half of one. ``latest`` is a
-symbolic link switched by renaming a fresh link over it, which POSIX makes atomic.
+server, the next scheduled run, a person) sees either the old file or the new one, never half of one, and a failed
+write leaves the old one in place. (A directory that replaces another takes two renames: between them the path is
+briefly absent, never lost; see ``atomic_path``.) ``latest`` is a symbolic link switched by renaming a fresh link over
+it, which POSIX makes atomic: it never goes missing.
 
 The layout of one run, ``<output_dir>/<model>/<run_id>/``, is fixed by :class:`RunPaths`; every stage and every
 consumer (evaluation, index, serving) finds its files through it.
@@ -53,23 +55,38 @@ class RunPaths:
 def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yields a temporary sibling of ``path``; on success renames it onto ``path`` (file or directory).
 
-    A directory destination that already exists is replaced: the old one is moved aside first and removed only after
-    the new one is in place.
+    A file (or a new directory) arrives in one ``os.replace``. An existing directory cannot be renamed over, so it is
+    replaced in two renames: the old one is moved aside (into the temporary directory), then the new one into place;
+    if that second rename fails, the old one is moved back. The old copy is removed only after the new one is in
+    place: the temporary directory is never deleted while it holds the only copy (a process killed between the two
+    renames, or a failed move back, leaves it there, named in the error).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    target = tmp / path.name
+    target, aside = tmp / path.name, tmp / (path.name + ".old")
     try:
         yield target
         if target.is_dir() and path.is_dir():
-            old = tmp / (path.name + ".old")
-            os.rename(path, old)
-            os.rename(target, path)
+            _replace_directory(target, path, aside)
         else:
             os.replace(target, path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if path.exists() or not aside.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace_directory(new: Path, path: Path, aside: Path) -> None:
+    """Moves the directory ``path`` to ``aside`` and ``new`` to ``path``; on failure moves ``aside`` back."""
+    os.rename(path, aside)
+    try:
+        os.rename(new, path)
+    except BaseException:
+        try:
+            os.rename(aside, path)
+        except OSError as error:
+            raise OSError(f"could not replace {path} nor move the old copy back; it is at {aside}") from error
+        raise
 
 
 def write_text(path: PathLike, text: str) -> None:
@@ -89,10 +106,18 @@ def read_json(path: PathLike) -> Any:
 
 
 def point_link(link: PathLike, target: str) -> None:
-    """Atomically points the symbolic link ``link`` at ``target`` (a name relative to the link's directory)."""
+    """Atomically points the symbolic link ``link`` at ``target`` (a name relative to the link's directory).
+
+    A fresh link is renamed over the old one (``rename(2)`` replaces it in one step), so a reader always finds
+    ``link`` and finds it pointing at the old target or the new one; if the rename fails the fresh link is removed.
+    """
     link = Path(link)
     tmp = link.parent / f".{link.name}.{os.getpid()}.tmp"
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     os.symlink(target, tmp)
-    os.replace(tmp, link)
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        tmp.unlink()
+        raise

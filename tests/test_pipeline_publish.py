@@ -1,7 +1,11 @@
-"""Stages, the quality gate, publishing, retention and locks (no TensorFlow)."""
+"""Stages, the quality gate, publishing, retention and locks (no TensorFlow).
+
+The process tests use ``spawn`` children that import only this module's light dependencies (under a second each).
+"""
 
 import multiprocessing
 import os
+import time
 
 import pytest
 
@@ -10,6 +14,8 @@ from retrieval.cli import LockedError
 from retrieval.pipeline import gate
 from retrieval.pipeline.publish import ModelDirectory, file_lock
 from retrieval.pipeline.stages import StageRunner
+
+SWITCHES = 2000  # of ``latest`` under a polling reader: well under a second on an idle machine
 
 
 def _finish(model_dir: ModelDirectory, run_id: str) -> None:
@@ -50,6 +56,20 @@ def test_gate_floors_and_regression():
     assert not missing.passed and "missing" in missing.reasons[0]
 
 
+@pytest.mark.parametrize("new, passed", [(0.0476, True), (0.0474, False), (0.03, False)])
+def test_regression_bound_is_relative_to_the_published_metric(new, passed):
+    # 5% of a published recall@20 of 0.05 is 0.0025: the bound is 0.0475 (an absolute 0.05 would let anything in).
+    decision = gate.check({"recall@20": new}, {}, {"recall@20": 0.05}, ["recall@20"], 0.05)
+    assert decision.passed == passed, decision.reasons
+
+
+def test_a_metric_at_its_floor_or_at_the_regression_bound_passes():
+    at_floor = gate.check({"recall@20": 0.05, "ndcg@20": 0.02}, {"recall@20": 0.05, "ndcg@20": 0.02}, None, [], 0.05)
+    assert at_floor.passed, at_floor.reasons
+    at_bound = gate.check({"recall@20": 0.25}, {}, {"recall@20": 0.5}, ["recall@20"], 0.5)  # bound 0.25, exact
+    assert at_bound.passed, at_bound.reasons
+
+
 def test_publish_switches_latest_atomically(tmp_path):
     model_dir = ModelDirectory(tmp_path)
     for run_id in ("r1", "r2"):
@@ -78,6 +98,19 @@ def test_retention_keeps_latest_and_unfinished(tmp_path):
         "in_progress", "latest", "r0", "r3", "r4"]
 
 
+def test_retention_orders_runs_by_finish_time_not_by_name(tmp_path):
+    model_dir = ModelDirectory(tmp_path)
+    # The run started first ran longest: by name it is the oldest, by completion the newest (and the published one).
+    for finished_at, run_id in [(3, "20240101T000000"), (1, "20240101T010000"), (2, "20240101T020000")]:
+        (tmp_path / run_id).mkdir()
+        _finish(model_dir, run_id)
+        os.utime(model_dir.run_paths(run_id).stages / "gate.json", (1000 + finished_at, 1000 + finished_at))
+    model_dir.publish("20240101T000000")
+    assert model_dir.finished_runs() == ["20240101T010000", "20240101T020000", "20240101T000000"]
+    assert model_dir.retain(keep_last=2) == ["20240101T010000"]
+    assert not (tmp_path / "20240101T010000").exists() and (tmp_path / "20240101T020000").exists()
+
+
 def _hold_lock(path, ready, release):
     with file_lock(path, blocking=False):
         ready.set()
@@ -99,3 +132,64 @@ def test_run_lock_refuses_a_second_process(tmp_path):
         holder.join(10)
     with file_lock(tmp_path / ".lock", blocking=False):
         pass
+
+
+def _poll_latest(root, ready, stop, counts):
+    """Reads ``latest`` as fast as it can until ``stop``; ``counts`` = [reads, reads that found no valid run]."""
+    model_dir = ModelDirectory(root)
+    ready.set()
+    while not stop.is_set():
+        missing = 0
+        for _ in range(200):
+            try:
+                missing += model_dir.latest_run_id() not in ("r1", "r2")
+            except FileNotFoundError:  # gone between its is_symlink and readlink
+                missing += 1
+        counts[0] += 200
+        counts[1] += missing
+
+
+def test_latest_never_goes_missing_while_switched(tmp_path):
+    model_dir = ModelDirectory(tmp_path)
+    for run_id in ("r1", "r2"):
+        (tmp_path / run_id).mkdir()
+    model_dir.publish("r1")
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, counts = ctx.Event(), ctx.Event(), ctx.Array("q", 2)
+    reader = ctx.Process(target=_poll_latest, args=(tmp_path, ready, stop, counts))
+    reader.start()
+    switches, deadline = 0, time.monotonic() + 60
+    try:
+        assert ready.wait(20)
+        # Switch SWITCHES times and on until the reader (on a loaded machine maybe slow to run) has read as often.
+        while (switches < SWITCHES or counts[0] < SWITCHES) and time.monotonic() < deadline:
+            model_dir.publish(("r2", "r1")[switches % 2])
+            switches += 1
+    finally:
+        stop.set()
+        reader.join(20)
+    reads, missing = counts[:]
+    assert reads >= SWITCHES, f"the reader made only {reads} reads"
+    assert missing == 0, f"{missing} of {reads} reads during {switches} switches found no latest"
+    assert model_dir.latest_run_id() == ("r2", "r1")[(switches - 1) % 2]
+
+
+def _take_publish_lock(root, started, acquired):
+    started.set()
+    with ModelDirectory(root).publish_lock():
+        acquired.set()
+
+
+def test_publish_lock_makes_a_second_process_wait(tmp_path):
+    model_dir = ModelDirectory(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    started, acquired = ctx.Event(), ctx.Event()
+    waiter = ctx.Process(target=_take_publish_lock, args=(tmp_path, started, acquired))
+    try:
+        with model_dir.publish_lock():
+            waiter.start()
+            assert started.wait(20)
+            assert not acquired.wait(0.5), "a second process entered the publish lock while it was held"
+        assert acquired.wait(10), "the second process never got the released publish lock"
+    finally:
+        waiter.join(10)
