@@ -76,8 +76,8 @@ class GeneratorHolder:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         target = resolve_run_dir(self.source)
-        self._bases = sorted({str(self.source), os.path.realpath(self.source), str(target.parent)}, key=len,
-                             reverse=True)
+        model_dir = self.source if (self.source / "latest").exists() else self.source.parent
+        self._bases = sorted({str(model_dir), os.path.realpath(model_dir), str(target.parent)}, key=len, reverse=True)
         try:
             self._state = _State(self._load(target))
         except CanaryError as e:
