@@ -264,6 +264,12 @@ def test_requests_not_received_within_the_read_timeout_get_408_and_are_closed(im
         assert json.loads(reply.split(b"\r\n\r\n", 1)[1]) == {"error": "request not received within 0.5 s"}
 
 
+def test_an_idle_keep_alive_connection_is_closed_at_the_deadline_without_a_stray_408(impatient):
+    reply, seconds = exchange(impatient, [COMPLETE.replace(b"Connection: close\r\n", b"")], 0)
+    assert reply.startswith(b"HTTP/1.1 200") and reply.count(b"HTTP/1.1 ") == 1, reply  # the answer, then silence
+    assert READ_TIMEOUT_S - 0.05 < seconds < READ_TIMEOUT_S + 2, seconds
+
+
 class RaisingTower(tf.Module):
     """A user tower in the export contract that loads but fails on every call (as a broken graph would)."""
 

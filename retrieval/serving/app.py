@@ -109,8 +109,7 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
                   for e in exc.errors()]
         malformed = any(e["type"] == "json_invalid" for e in errors)
         message = "malformed JSON: send one JSON object" if malformed else "invalid request"
-        return JSONResponse({"error": message, "detail": errors},
-                            status_code=400 if malformed else 422)
+        return JSONResponse({"error": message, "detail": errors}, status_code=400 if malformed else 422)
 
     @app.exception_handler(InputError)
     async def input_error(request: Request, exc: InputError) -> JSONResponse:
@@ -129,6 +128,8 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
 
     @app.get("/v1/status")
     def reload_status() -> dict:
+        """The served run (name, version, run id, since when, its canary's recall) and the last reload attempt (run,
+        time, ``swapped`` or ``refused``, one-line error)."""
         return holder.status()
 
     @app.get("/v1/model")
