@@ -2,8 +2,10 @@
 
     python -m pipelines.serve --run_dir=artifacts/two_tower --port=8000
 
-Endpoints: ``POST /v1/candidates``, ``POST /v1/similar``, ``GET /v1/model``, ``GET /healthz``, OpenAPI at
-``/docs`` and ``/openapi.json``. Binds 127.0.0.1 unless ``--host`` says otherwise.
+Endpoints: ``POST /v1/candidates``, ``POST /v1/similar``, ``GET /v1/model``, ``GET /v1/status``, ``GET /healthz``,
+OpenAPI at ``/docs`` and ``/openapi.json``. Binds 127.0.0.1 unless ``--host`` says otherwise. Every run, the first
+included, is served only after it passed the canary (``retrieval.serving.canary``); a first run that fails it exits
+with code 2 and one line saying why.
 """
 
 from typing import Sequence
@@ -15,7 +17,9 @@ import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is i
 from retrieval import cli
 from retrieval.errors import InputError
 from retrieval.serving.app import Limits, create_app
+from retrieval.serving.canary import Canary
 from retrieval.serving.reload import GeneratorHolder
+from retrieval.serving.server import READ_TIMEOUT_S, uvicorn_config
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A run directory, or a model directory whose 'latest' link names the published "
@@ -29,6 +33,11 @@ flags.DEFINE_integer("max_body_bytes", Limits.max_body_bytes, "Largest request b
 flags.DEFINE_integer("faiss_threads", 1, "OpenMP threads per FAISS search (0: FAISS's default). 1 suits serving: "
                                          "requests bring one query each and run concurrently on the server's threads; "
                                          "more threads per search only add synchronisation.")
+flags.DEFINE_float("read_timeout_s", READ_TIMEOUT_S, "Seconds a client has to send a whole request (head and body); "
+                                                    "slower or partial requests get 408 and are closed.")
+flags.DEFINE_integer("canary_users", Canary.num_users, "Training users whose queries the canary sends to a new run.")
+flags.DEFINE_float("canary_recall_floor", Canary.recall_floor, "Recall against exact search a new run's index must "
+                                                               "reach on the canary's users to be served.")
 flags.DEFINE_enum("log_level", "info", ["critical", "error", "warning", "info", "debug"], "uvicorn log level.")
 flags.mark_flag_as_required("run_dir")
 
@@ -36,15 +45,16 @@ flags.mark_flag_as_required("run_dir")
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
-    holder = GeneratorHolder(FLAGS.run_dir)
+    holder = GeneratorHolder(FLAGS.run_dir, canary=Canary(num_users=FLAGS.canary_users,
+                                                          recall_floor=FLAGS.canary_recall_floor))
     holder.start(FLAGS.reload_interval_s)
     limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
                     max_body_bytes=FLAGS.max_body_bytes)
     logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version, FLAGS.host,
                  FLAGS.port)
     try:
-        uvicorn.run(create_app(holder, limits, FLAGS.faiss_threads or None), host=FLAGS.host, port=FLAGS.port,
-                    log_level=FLAGS.log_level)
+        app = create_app(holder, limits, FLAGS.faiss_threads or None)
+        uvicorn.Server(uvicorn_config(app, FLAGS.host, FLAGS.port, FLAGS.log_level, FLAGS.read_timeout_s)).run()
     finally:
         holder.stop()
 

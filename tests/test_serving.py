@@ -1,5 +1,6 @@
 """retrieval.serving (library): candidates against a numpy reference (mean-of-history user vector, exact scores,
-seen items excluded), history precedence, popularity fallback, batching, similar items, run indexing, reload."""
+seen items excluded), history precedence, popularity fallback, batching, similar items, run indexing, reload with
+a canary."""
 
 import json
 import shutil
@@ -13,6 +14,7 @@ from retrieval.errors import InputError
 from retrieval.export import read_item_embeddings
 from retrieval.index import ItemIndex, build_index
 from retrieval.serving import CandidateGenerator, UnknownItemError, build_run_index
+from retrieval.serving.canary import Canary, CanaryError
 from retrieval.serving.demo_run import write_demo_run
 from retrieval.serving.reload import GeneratorHolder
 
@@ -147,9 +149,25 @@ def test_holder_swaps_to_the_new_latest_and_keeps_serving_through_a_broken_run(m
     point_link(root / "latest", "a")
     holder = GeneratorHolder(root)
     first = holder.current
-    assert first.version == "1" and not holder.poll()
+    assert first.version == "1" and not holder.poll() and holder.status()["last_reload"] is None
     point_link(root / "latest", "broken")
-    assert not holder.poll() and holder.current is first  # logged, old run kept
+    assert not holder.poll() and holder.current is first  # refused, old run kept
+    refused = holder.status()
+    assert refused["status"] == "degraded" and refused["last_reload"]["outcome"] == "refused"
+    assert refused["last_reload"]["error"].startswith("cannot load the run: file broken/user_tower: ")
     point_link(root / "latest", "b")
     assert holder.poll() and holder.current.version == "2" and holder.reloads == 1
+    swapped = holder.status()
+    assert swapped["status"] == "ok" and swapped["serving"]["run"] == "b"
+    assert (swapped["last_reload"]["run"], swapped["last_reload"]["outcome"]) == ("b", "swapped")
     assert first.recommend(user_id="u1", k=3).item_ids.shape == (3,)  # an old object still answers
+    with pytest.raises(CanaryError, match="refused: cannot load the run: file broken/user_tower: "):
+        GeneratorHolder(root / "broken")  # at startup there is no old run to keep: refused loudly
+
+
+def test_canary_reports_what_it_measured_and_refuses_an_unreachable_floor(generator):
+    report = Canary(num_users=16)(generator)
+    assert report["users"] == 16 and report["k"] == len(generator.index) // 10
+    assert report["recall"] == 1.0  # a Flat index is exact search
+    with pytest.raises(CanaryError, match=r"recall@\d+ = 1\.000 .* below the canary floor 1\.01"):
+        Canary(recall_floor=1.01)(generator)

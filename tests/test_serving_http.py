@@ -1,7 +1,12 @@
 """HTTP API end to end over loopback (uvicorn in a thread, httpx): endpoints, the bad-request table (4xx, never
-500), hot reload of `latest` under concurrent requests with zero errors, and the `pipelines.serve` command."""
+500), the body types `curl -d` sends, the read deadline on partial requests (raw sockets), hot reload of `latest`
+under concurrent requests with zero errors, broken runs refused by the canary with the reason in `/v1/status`, no
+absolute path in any response, and the `pipelines.serve` command (also refusing a broken first run)."""
 
 import json
+import os
+import re
+import select
 import shutil
 import socket
 import subprocess
@@ -9,14 +14,18 @@ import sys
 import threading
 import time
 
+import faiss
 import httpx
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from retrieval.artifacts import point_link
+from retrieval.export import read_item_embeddings
+from retrieval.index import ItemIndex
 from retrieval.serving import CandidateGenerator, build_run_index
 from retrieval.serving.app import Limits, create_app
-from retrieval.serving.demo_run import write_demo_run
+from retrieval.serving.demo_run import write_demo_run, write_user_tower
 from retrieval.serving.reload import GeneratorHolder
 from retrieval.serving.server import BackgroundServer
 
@@ -37,10 +46,29 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client(model_dir):
-    holder = GeneratorHolder(model_dir / "r1")  # a fixed run: the reload test switches its own copy
-    with BackgroundServer(create_app(holder, LIMITS)) as server, httpx.Client(base_url=server.url) as http:
+def fixed_app(model_dir):
+    return create_app(GeneratorHolder(model_dir / "r1"), LIMITS)  # a fixed run: reload tests switch their own copy
+
+
+@pytest.fixture(scope="module")
+def client(fixed_app):
+    with BackgroundServer(fixed_app) as server, httpx.Client(base_url=server.url) as http:
         yield http
+
+
+def assert_no_absolute_path(payload, directory) -> None:
+    """No string in ``payload`` (JSON) is an absolute path or names ``directory``'s parent (the test's temp dir)."""
+    text = json.dumps(payload)
+    assert str(directory.parent) not in text and os.path.realpath(directory.parent) not in text, text
+    assert not [value for value in strings(payload) if os.path.isabs(value)], text
+
+
+def strings(payload) -> list[str]:
+    if isinstance(payload, dict):
+        return [s for value in payload.values() for s in strings(value)]
+    if isinstance(payload, list):
+        return [s for value in payload for s in strings(value)]
+    return [payload] if isinstance(payload, str) else []
 
 
 def test_candidates_over_http_equal_the_library(client, model_dir):
@@ -58,7 +86,7 @@ def test_candidates_over_http_equal_the_library(client, model_dir):
     assert cold["fallback"] and len(cold["items"]) == 4
 
 
-def test_similar_model_health_and_openapi(client):
+def test_similar_model_health_and_openapi(client, model_dir):
     similar = client.post("/v1/similar", json={"item_id": "i9", "k": 3}).json()
     assert similar["item_id"] == "i9" and len(similar["items"]) == 3
     assert "i9" not in [item["item_id"] for item in similar["items"]]
@@ -66,8 +94,13 @@ def test_similar_model_health_and_openapi(client):
     assert client.get("/healthz").json() == {"status": "ok", "model_version": "1"}
     model = client.get("/v1/model").json()
     assert model["version"] == "1" and model["run_id"] == "r1" and model["items"] > 0 and model["users"] == 80
+    assert model["run"] == "r1"
+    status = client.get("/v1/status").json()
+    assert status["status"] == "ok" and status["serving"]["run"] == "r1" and status["last_reload"] is None
+    assert status["serving"]["canary"]["recall"] >= status["serving"]["canary"]["floor"]
+    assert_no_absolute_path([model, status], model_dir)
     schema = client.get("/openapi.json").json()
-    assert {"/v1/candidates", "/v1/similar", "/v1/model", "/healthz"} <= set(schema["paths"])
+    assert {"/v1/candidates", "/v1/similar", "/v1/model", "/v1/status", "/healthz"} <= set(schema["paths"])
 
 
 @pytest.mark.parametrize("path, body, status", [
@@ -137,9 +170,12 @@ def test_hot_reload_under_concurrent_requests_has_zero_errors(model_dir, tmp_pat
         stop.set()
         for thread in clients:
             thread.join()
+        status = httpx.get(server.url + "/v1/status").json()
     holder.stop()
     assert not errors
     assert holder.reloads == 2 and holder.current.version == "3"
+    assert status["status"] == "ok" and status["reloads"] == 2 and status["serving"]["run"] == "r3"
+    assert status["last_reload"]["run"] == "r3" and status["last_reload"]["outcome"] == "swapped"
     for seen in versions:  # each client saw the versions change, in publication order, never backwards
         assert seen and seen == sorted(seen) and seen[0] == "1" and seen[-1] == "3"
 
@@ -164,3 +200,164 @@ def test_serve_command_starts_and_answers(model_dir, tmp_path):
         process.wait(timeout=30)
         log.seek(0)
     assert health == {"status": "ok", "model_version": "1"}, log.read()[-2000:]
+
+
+def test_curl_style_form_bodies_are_read_as_json_and_other_types_get_415(client):
+    body = b'{"user_id": "u2", "k": 3}'  # what `curl -d '...'` sends, with its default form content type
+    form = client.post("/v1/candidates", content=body, headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 200 and len(form.json()["items"]) == 3
+    assert client.post("/v1/similar", content=b'{"item_id": "i9", "k": 2}').status_code == 200  # no content type
+    real_form = client.post("/v1/candidates", content=b"user_id=u2&k=3",
+                            headers={"content-type": "application/x-www-form-urlencoded; charset=utf-8"})
+    assert real_form.status_code == 400 and real_form.json()["error"].startswith("malformed JSON")
+    text = client.post("/v1/candidates", content=body, headers={"content-type": "text/plain"})
+    assert text.status_code == 415
+    assert text.json()["error"] == ("unsupported content type 'text/plain': send a JSON body with "
+                                    "-H 'Content-Type: application/json'")
+
+
+READ_TIMEOUT_S = 0.5
+HEAD = b"POST /v1/candidates HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nConnection: close\r\n"
+BODY = b'{"user_id": "u1", "k": 3}'
+COMPLETE = HEAD + b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+
+
+@pytest.fixture(scope="module")
+def impatient(fixed_app):
+    """A server whose clients have READ_TIMEOUT_S to send each request."""
+    with BackgroundServer(fixed_app, read_timeout_s=READ_TIMEOUT_S) as server:
+        yield server.url
+
+
+def exchange(url: str, chunks: list[bytes], pause_s: float) -> tuple[bytes, float]:
+    """Sends ``chunks`` over a raw socket, ``pause_s`` apart (stopping once the server answers), then reads until the
+    server closes the connection; returns (everything read, seconds from connecting to the close)."""
+    host, port = url.removeprefix("http://").split(":")
+    start = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        for chunk in chunks:
+            sock.sendall(chunk)
+            if select.select([sock], [], [], pause_s)[0]:
+                break
+        reply = b""
+        while data := sock.recv(4096):
+            reply += data
+    return reply, time.monotonic() - start
+
+
+@pytest.mark.parametrize("chunks, pause_s, status", [
+    ([HEAD], 0, b"408"),  # a request head that never ends
+    ([HEAD + b"Content-Length: 100\r\n\r\n", BODY], 0, b"408"),  # a body shorter than announced
+    ([bytes([b]) for b in COMPLETE], 0.05, b"408"),  # trickled a byte at a time: the deadline is not extended
+    ([], 0, None),  # an idle connection is closed without a reply
+    ([COMPLETE], 0, b"200"),  # a whole request is answered
+], ids=["partial-head", "partial-body", "trickle", "idle", "complete"])
+def test_requests_not_received_within_the_read_timeout_get_408_and_are_closed(impatient, chunks, pause_s, status):
+    reply, seconds = exchange(impatient, chunks, pause_s)
+    if status is None:
+        assert reply == b""
+    else:
+        assert reply.startswith(b"HTTP/1.1 " + status), reply
+    if status != b"200":
+        assert READ_TIMEOUT_S - 0.05 < seconds < READ_TIMEOUT_S + 2, seconds
+    if status == b"408":
+        assert json.loads(reply.split(b"\r\n\r\n", 1)[1]) == {"error": "request not received within 0.5 s"}
+
+
+def test_an_idle_keep_alive_connection_is_closed_at_the_deadline_without_a_stray_408(impatient):
+    reply, seconds = exchange(impatient, [COMPLETE.replace(b"Connection: close\r\n", b"")], 0)
+    assert reply.startswith(b"HTTP/1.1 200") and reply.count(b"HTTP/1.1 ") == 1, reply  # the answer, then silence
+    assert READ_TIMEOUT_S - 0.05 < seconds < READ_TIMEOUT_S + 2, seconds
+
+
+class RaisingTower(tf.Module):
+    """A user tower in the export contract that loads but fails on every call (as a broken graph would)."""
+
+    def __init__(self, dimension: int):
+        super().__init__()
+        self.max_history, self.dimension, self.metric = (tf.Variable(20), tf.Variable(dimension), tf.Variable("dot"))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="user_id"),
+                                  tf.TensorSpec([None, None], tf.string, name="history")])
+    def serve(self, user_id: tf.Tensor, history: tf.Tensor) -> dict:
+        tf.debugging.assert_equal(tf.size(history), -1, message="user tower exploded")
+        return {"embedding": tf.zeros(tf.stack([tf.size(user_id), self.dimension]))}
+
+
+def raising_tower(run) -> None:
+    shutil.rmtree(run / "user_tower")
+    module = RaisingTower(16)
+    tf.saved_model.save(module, str(run / "user_tower"), signatures={"serving_default": module.serve})
+
+
+def narrow_tower(run) -> None:
+    item_ids, vectors = read_item_embeddings(run / "item_embeddings.parquet")
+    shutil.rmtree(run / "user_tower")
+    write_user_tower(run / "user_tower", item_ids, vectors[:, :8], 20, "dot")
+
+
+def index_holding(make_vectors):
+    """A breaker replacing the run's index vectors with ``make_vectors(n, d)`` (ids and manifest kept: it loads)."""
+    def breaker(run) -> None:
+        good = ItemIndex.load(run / "index")
+        flat = faiss.IndexIDMap2(faiss.IndexFlatIP(good.dimension))
+        flat.add_with_ids(make_vectors(len(good), good.dimension), good.id_map.indices)
+        ItemIndex(flat, good.id_map, good.manifest).save(run / "index")
+    return breaker
+
+
+BROKEN = {  # name: (how r1 is broken, the reason /v1/status must give)
+    "raising_tower": (raising_tower, r"^the user tower fails: InvalidArgumentError: assertion failed: "
+                                     r"\[user tower exploded\]"),
+    "wrong_dimension": (narrow_tower, r"^the user tower returns shape \[64, 8\] for 64 users; the index expects "
+                                      r"\[64, 16\]$"),
+    "random_index": (index_holding(lambda n, d: np.random.default_rng(0).standard_normal([n, d]).astype(np.float32)),
+                     r"^the index reaches recall@\d+ = 0\.\d+ against exact search .* below the canary floor 0\.9"),
+    "nan_index": (index_holding(lambda n, d: np.full([n, d], np.nan, np.float32)),
+                  r"^the index (returns non-finite scores|reaches recall@\d+ = 0\.)"),
+    "no_user_tower": (lambda run: shutil.rmtree(run / "user_tower"),
+                      r"^cannot load the run: file no_user_tower/user_tower: cannot load the user tower"),
+}
+
+
+@pytest.fixture(scope="module")
+def served(model_dir, tmp_path_factory):
+    """(model directory, holder, client) of a server following `latest` -> r1, with broken copies of r1 to publish."""
+    root = tmp_path_factory.mktemp("served") / "model"
+    shutil.copytree(model_dir / "r1", root / "r1")
+    for name, (breaker, _) in BROKEN.items():
+        shutil.copytree(model_dir / "r1", root / name)
+        breaker(root / name)
+    point_link(root / "latest", "r1")
+    holder = GeneratorHolder(root)
+    with BackgroundServer(create_app(holder, LIMITS)) as server, httpx.Client(base_url=server.url) as http:
+        yield root, holder, http
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_a_published_broken_run_is_refused_with_the_reason_over_http_and_the_old_run_keeps_answering(served, name):
+    root, holder, http = served
+    point_link(root / "latest", name)
+    try:
+        assert not holder.poll() and not holder.poll()  # refused, and not tried again while `latest` stays
+        status, health = http.get("/v1/status").json(), http.get("/healthz").json()
+        answer = http.post("/v1/candidates", json={"user_id": "u1", "k": 5})
+    finally:
+        point_link(root / "latest", "r1")
+    attempt = status["last_reload"]
+    assert attempt["run"] == name and attempt["outcome"] == "refused"
+    assert re.search(BROKEN[name][1], attempt["error"]), attempt["error"]
+    assert status["status"] == "degraded" and status["serving"]["run"] == "r1" and status["reloads"] == 0
+    assert health == {"status": "degraded", "model_version": "1", "error": attempt["error"]}
+    assert answer.status_code == 200 and answer.json()["model_version"] == "1" and len(answer.json()["items"]) == 5
+    assert_no_absolute_path([status, health], root)
+    assert not holder.poll() and http.get("/healthz").json() == {"status": "ok", "model_version": "1"}  # rolled back
+
+
+def test_serve_command_refuses_a_broken_first_run_with_one_line(served):
+    root = served[0]
+    command = [sys.executable, "-m", "pipelines.serve", f"--run_dir={root / 'raising_tower'}", "--port=0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert re.fullmatch(r"error: run \S+/raising_tower refused: the user tower fails: .*user tower exploded.*",
+                        result.stderr.strip().splitlines()[-1]), result.stderr[-2000:]

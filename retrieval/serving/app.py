@@ -1,9 +1,12 @@
-"""The HTTP JSON API (FastAPI): candidates, similar items, model info, health; OpenAPI schema at ``/openapi.json``.
+"""The HTTP JSON API (FastAPI): candidates, similar items, model info, reload status, health; OpenAPI schema at
+``/openapi.json``.
 
-Every client mistake gets a 4xx with a message, never a 500: bodies above ``Limits.max_body_bytes`` -> 413 (checked
-before parsing, also for chunked bodies); malformed JSON -> 400; wrong types, unknown fields, k out of range, lists
+Every client mistake gets a 4xx with a message, never a 500: a body type other than JSON -> 415 (the form type that
+``curl -d`` sends is read as JSON, see ``middleware``); bodies above ``Limits.max_body_bytes`` -> 413 (checked before
+parsing, also for chunked bodies); malformed JSON -> 400; wrong types, unknown fields, k out of range, lists
 too long -> 422 (strict pydantic models: "5" is not an int, 5 is not an id); an unknown item for ``/v1/similar`` ->
-404. Each request reads ``holder.current`` once, so a hot reload never changes the run under a request.
+404. Each request reads ``holder.current`` once, so a hot reload never changes the run under a request. Responses
+name runs and files relative to the model directory, never by absolute path.
 """
 
 import dataclasses
@@ -18,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 import retrieval
 from retrieval.errors import InputError
 from retrieval.serving.generator import CandidateGenerator, Candidates, UnknownItemError
+from retrieval.serving.middleware import BodySizeLimit, JsonContentType
 from retrieval.serving.reload import GeneratorHolder
 
 
@@ -78,43 +82,6 @@ def _request_models(limits: Limits) -> tuple[type, type]:
     return CandidatesRequest, SimilarRequest
 
 
-class BodySizeLimit:
-    """ASGI middleware: reads the request body up to ``max_bytes`` (413 beyond it), then replays it to the app."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope["headers"]).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > self.max_bytes:
-            return await self._reject(scope, receive, send)
-        body, more = bytearray(), True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_bytes:
-                return await self._reject(scope, receive, send)
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _reject(self, scope, receive, send) -> None:
-        response = JSONResponse({"error": f"request body larger than {self.max_bytes} bytes"}, status_code=413)
-        await response(scope, receive, send)
-
-
 def _items(result: Candidates) -> list[dict]:
     return [{"item_id": i, "score": s} for i, s in zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)]
 
@@ -126,6 +93,7 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
     app = FastAPI(title="retrieval candidates", version=retrieval.__version__,
                   description="Candidate generation from a published two-tower or Item2Vec run (FAISS index).")
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(JsonContentType)  # outermost: a 415 needs no body
     candidates_request, similar_request = _request_models(limits)
 
     def current() -> CandidateGenerator:
@@ -140,8 +108,8 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
         errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
                   for e in exc.errors()]
         malformed = any(e["type"] == "json_invalid" for e in errors)
-        return JSONResponse({"error": "malformed JSON" if malformed else "invalid request", "detail": errors},
-                            status_code=400 if malformed else 422)
+        message = "malformed JSON: send one JSON object" if malformed else "invalid request"
+        return JSONResponse({"error": message, "detail": errors}, status_code=400 if malformed else 422)
 
     @app.exception_handler(InputError)
     async def input_error(request: Request, exc: InputError) -> JSONResponse:
@@ -150,11 +118,23 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
 
     @app.get("/healthz")
     def healthz() -> dict:
-        return {"status": "ok", "model_version": holder.current.version}
+        """Liveness (200 while a run is served) and whether it is the published one (``degraded``: the run
+        ``latest`` names was refused; ``error`` says why)."""
+        status = holder.status()
+        health = {"status": status["status"], "model_version": status["serving"]["version"]}
+        if status["status"] != "ok":
+            health["error"] = status["last_reload"]["error"]
+        return health
+
+    @app.get("/v1/status")
+    def reload_status() -> dict:
+        """The served run (name, version, run id, since when, its canary's recall) and the last reload attempt (run,
+        time, ``swapped`` or ``refused``, one-line error)."""
+        return holder.status()
 
     @app.get("/v1/model")
     def model() -> dict:
-        return {**holder.current.info(), "source": str(holder.source), "reloads": holder.reloads}
+        return {**holder.current.info(), "reloads": holder.reloads}
 
     @app.post("/v1/candidates", response_model=CandidatesResponse)
     def candidates(body: candidates_request) -> dict:

@@ -44,6 +44,12 @@ class _MeanOfHistory(tf.Module):
         return {"embedding": total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)}
 
 
+def write_user_tower(path: PathLike, item_ids: np.ndarray, vectors: np.ndarray, max_history: int, metric: str) -> None:
+    """Saves a mean-of-history user tower over ``vectors`` [N, d] (``serving_default`` as in the module docstring)."""
+    module = _MeanOfHistory(item_ids, vectors, max_history, metric)
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+
+
 def demo_interactions(num_items: int, num_users: int, dimension: int, clusters: int, history_length: int,
                       seed: int) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """(training interactions ``user_id, item_id, timestamp``, item id -> vector) with planted taste clusters."""
@@ -75,8 +81,7 @@ def write_demo_run(run_dir: PathLike, *, version: str = "1", num_items: int = 40
     item_vocab.save(paths.item_vocab)
     user_vocab.save(paths.user_vocab)
     write_item_embeddings(paths.item_embeddings, item_ids, vectors)
-    module = _MeanOfHistory(item_ids, vectors, max_history, metric)
-    tf.saved_model.save(module, str(paths.user_tower), signatures={"serving_default": module.serve})
+    write_user_tower(paths.user_tower, item_ids, vectors, max_history, metric)
     write_json(paths.manifest, {"model_type": "item2vec", "run_id": paths.root.name, "version": version,
                                 "metric": metric, "max_history": max_history, "seed": seed})
     return paths

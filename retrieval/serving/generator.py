@@ -98,10 +98,10 @@ class CandidateGenerator:
     run_id = property(lambda self: str(self.manifest.get("run_id")))
 
     def info(self) -> dict:
-        """What ``GET /v1/model`` reports."""
+        """What ``GET /v1/model`` reports (the run by its directory's name: no absolute path leaves the server)."""
         check = self.index.manifest.get("self_check", {})
         return {"version": self.version, "run_id": self.run_id, "model_type": self.manifest.get("model_type"),
-                "metric": self.index.metric, "run_dir": str(self.run_dir), "items": len(self.index),
+                "metric": self.index.metric, "run": self.run_dir.name if self.run_dir else None, "items": len(self.index),
                 "users": len(self.histories), "dimension": self.index.dimension, "max_history": self.max_history,
                 "index": {"factory": self.index.factory, "search_params": self.index.search_params,
                           "recall": check.get("recall"), "recall_k": check.get("k")},

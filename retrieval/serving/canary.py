@@ -1,0 +1,111 @@
+"""Canary of a loaded run: real queries through its user tower and index before the server serves it.
+
+Loading a run proves only that its files parse. A run whose user tower raises, returns vectors of another dimension
+than the index or non-finite ones, or whose index holds vectors other than the run's item embeddings (random, NaN,
+built from another run) loads fine and then fails or misleads every personalised request. So the canary asks the run
+what the server will ask it, for a seeded sample of training users (their stored histories through the user tower),
+and refuses it (``CanaryError``) unless:
+
+* the item embeddings are finite and have the index's dimension;
+* the user tower answers, with one finite vector per user, of the index's dimension;
+* the index answers those queries with finite scores, and its recall@k against exact search over the run's item
+  embeddings reaches ``recall_floor``. k is at most a tenth of the catalogue, so that an index of unrelated vectors
+  cannot pass by chance (its expected recall is about k / N). The default floor, 0.9, sits below the build-time floor
+  (0.95 at k = 100 on held-out users) to leave room for the noise of a small sample;
+* the request path (``recommend_batch`` for the sample users and one cold-start request, ``similar``) answers with
+  finite scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, TypeVar
+
+import numpy as np
+
+from retrieval.errors import InputError
+from retrieval.index.factory import prepare_vectors
+from retrieval.index.selfcheck import RecallProbe
+from retrieval.serving.generator import CandidateGenerator
+from retrieval.serving.run_index import user_queries
+
+T = TypeVar("T")
+MAX_ERROR_CHARS = 300
+_TF_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces", "[[")
+
+
+class CanaryError(InputError):
+    """The run failed its canary and is not served (at startup the server exits; on reload it keeps the old run)."""
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: message`` on one line: the first informative line of ``error`` (TensorFlow's graph-execution preamble
+    skipped), at most ``MAX_ERROR_CHARS`` characters. InputErrors are shown as their message alone."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    informative = [line for line in lines if not line.startswith(_TF_BOILERPLATE)] or lines or [""]
+    text = informative[0] if isinstance(error, InputError) else f"{type(error).__name__}: {informative[0]}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
+
+
+def _attempt(what: str, call: Callable[[], T]) -> T:
+    """``call()``, with any failure turned into a one-line ``CanaryError`` naming ``what`` failed."""
+    try:
+        return call()
+    except Exception as e:  # a broken run may fail in any way (TensorFlow, FAISS, numpy): all mean "refuse it"
+        raise CanaryError(f"{what} fails: {one_line(e)}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Canary:
+    """Canary settings; calling one on a loaded generator checks it (module docstring) and returns what it measured
+    (``users``, ``k``, ``recall``, ``floor``, ``seconds``), or raises ``CanaryError``."""
+
+    num_users: int = 64
+    recall_floor: float = 0.9
+    max_k: int = 100
+    seed: int = 0
+
+    def __call__(self, generator: CandidateGenerator) -> dict:
+        start = time.perf_counter()
+        index, vectors = generator.index, generator.item_vectors
+        if vectors.shape[1] != index.dimension:
+            raise CanaryError(f"item_embeddings.parquet has dimension {vectors.shape[1]}, the index {index.dimension}")
+        bad_items = int(np.sum(~np.isfinite(vectors).all(axis=1)))
+        if bad_items:
+            raise CanaryError(f"item_embeddings.parquet holds {bad_items} non-finite vectors")
+        histories = generator.histories
+        if not len(histories):
+            raise CanaryError("data/train.parquet has no user with an item of the catalogue to run the canary on")
+        queries = _attempt("the user tower", lambda: np.asarray(user_queries(
+            generator.encoder, histories, index.id_map, self.num_users, self.seed, generator.max_history)))
+        users = min(self.num_users, len(histories))
+        if queries.ndim != 2 or queries.shape != (users, index.dimension):
+            raise CanaryError(f"the user tower returns shape {list(queries.shape)} for {users} users; the index "
+                              f"expects [{users}, {index.dimension}]")
+        bad_queries = int(np.sum(~np.isfinite(queries).all(axis=1)))
+        if bad_queries:
+            raise CanaryError(f"the user tower returns non-finite vectors for {bad_queries} of {users} sample users")
+        k = max(1, min(self.max_k, len(index) // 10))
+        found = _attempt("the index", lambda: index.search(queries, k))
+        if not np.isfinite(found.scores[found.indices >= 0]).all():
+            raise CanaryError("the index returns non-finite scores for the sample users")
+        recall = RecallProbe(prepare_vectors(vectors, index.metric), index.id_map.indices,
+                             prepare_vectors(queries, index.metric), k, index.metric)(index.index)
+        if recall < self.recall_floor:
+            raise CanaryError(f"the index reaches recall@{k} = {recall:.3f} against exact search over "
+                              f"item_embeddings.parquet on {users} sample users, below the canary floor "
+                              f"{self.recall_floor}; rebuild the run's index")
+        self._check_requests(generator)
+        return {"users": users, "k": k, "recall": round(recall, 4), "floor": self.recall_floor,
+                "seconds": round(time.perf_counter() - start, 3)}
+
+    def _check_requests(self, generator: CandidateGenerator) -> None:
+        """The request path end to end: the sample users, a cold-start request and one similar-items request."""
+        rows = generator.histories.sample(self.num_users, self.seed)
+        user_ids = generator.histories.user_ids[rows].astype(str).tolist() + [None]
+        k = min(10, len(generator.index))
+        results = _attempt("a sample request", lambda: generator.recommend_batch(user_ids, k=k) + [
+            generator.similar(str(generator.index.id_map.item_ids[0]), k)])
+        if not all(np.isfinite(result.scores).all() for result in results):
+            raise CanaryError("a sample request returns non-finite scores")
