@@ -87,12 +87,14 @@ def default_train_config() -> ml_collections.ConfigDict:
 
 @dataclasses.dataclass
 class FitResult:
-    """What ``fit`` did: Keras history (per-epoch logs), the final step and the best validation metric."""
+    """What ``fit`` did: Keras history (per-epoch logs), the final step, the best validation metric and the epoch
+    (1-based, counted from the start of training) that reached it."""
 
     history: dict
     step: int
     best_metric: Optional[float] = None
     stopped_early: bool = False
+    best_epoch: Optional[int] = None
 
 
 class _StepCallback(tf.keras.callbacks.Callback):
@@ -317,8 +319,11 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
                             initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,
                             verbose=0)
         best = None if early is None or not np.isfinite(early.best) else float(early.best)
+        scores = history.history.get(config.eval_metric_name)
+        best_epoch = (step // steps_per_epoch + config.eval_every_epochs * (int(np.argmax(scores)) + 1)
+                      if scores else None)
         return FitResult(history=history.history, step=int(model.optimizer.iterations.numpy()), best_metric=best,
-                         stopped_early=bool(early is not None and early.stopped_epoch > 0))
+                         stopped_early=bool(early is not None and early.stopped_epoch > 0), best_epoch=best_epoch)
     finally:
         if private_dir is not None:
             shutil.rmtree(private_dir, ignore_errors=True)

@@ -243,7 +243,7 @@ class TrainingJob:
             return self._train_item2vec()
         model, fit_result = self._fit_two_tower()
         warm_start_lib.save_id_tables(model, self.paths)
-        return {"steps": fit_result.step, "best_metric": fit_result.best_metric,
+        return {"steps": fit_result.step, "best_metric": fit_result.best_metric, "best_epoch": fit_result.best_epoch,
                 "stopped_early": fit_result.stopped_early,
                 "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
 
