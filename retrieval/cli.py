@@ -60,8 +60,7 @@ def _override_error(error: BaseException, argv: Sequence[str]) -> str:
     missing = re.match(r"'([^']+)'", text)
     if missing is None:
         return f"bad config override: {text}"
-    overrides = [arg.lstrip("-").split("=", 1)[0] for arg in argv[1:]
-                 if any(re.match(rf"-{{1,2}}{name}\.", arg) for name in _CONFIG_DEFAULTS)]
+    overrides = [arg.lstrip("-").split("=", 1)[0] for arg in argv[1:] if re.match(r"-{1,2}\w+\.", arg)]
     keys = [key for key in overrides if missing.group(1) in key.split(".")[1:]]
     hint = text[missing.end():].strip()
     return f"unknown config key {keys[0] if keys else missing.group(1)}" + (f" ({hint})" if hint else "")
