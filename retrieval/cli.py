@@ -38,6 +38,7 @@ class LockedError(RuntimeError):
     """Another process holds the lock of the directory this run wants to write."""
 
 
+flags.disclaim_key_flags()  # flags defined through define_config_file belong to the calling pipeline (--help)
 _CONFIG_DEFAULTS: dict[str, str] = {}  # config-file flags defined by define_config_file -> their default file
 
 
@@ -45,7 +46,9 @@ def define_config_file(name: str, default: str, help_string: str):
     """``config_flags.DEFINE_config_file`` loaded at flag parsing (see the module docstring); ``default`` is the
     file used when ``--<name>`` is not given. Returns the flag holder (``.value`` is the ConfigDict)."""
     _CONFIG_DEFAULTS[name] = default
-    return config_flags.DEFINE_config_file(name, None, f"{help_string} Default: {default}.")
+    holder = config_flags.DEFINE_config_file(name, None, help_string)
+    flags.FLAGS[name].default_as_str = repr(default)  # what --help shows; the file is loaded by parse_flags
+    return holder
 
 
 def _innermost(error: BaseException) -> str:
