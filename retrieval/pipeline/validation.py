@@ -23,7 +23,7 @@ from retrieval.errors import InputError
 from retrieval.evaluation import baselines, evaluator, metrics
 from retrieval.models import config as model_config
 from retrieval.models.item2vec import VECTORS
-from retrieval.pipeline import locations
+from retrieval.pipeline import identity, locations
 from retrieval.pipeline.job import MODEL_TYPES, SPLITS
 from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
 from retrieval.training import JIT_COMPILE, OPTIMIZERS, SCHEDULES
@@ -194,8 +194,7 @@ def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
     for which in ("item", "user"):
         if c.get(f"data.{which}_features") and not c.get(f"data.{which}_features_path"):
             yield f"data.{which}_features", f"features declared without a table: set data.{which}_features_path"
-    for key in ("data.train_path", "data.test_path", "data.validation_path", "data.item_features_path",
-                "data.user_features_path"):
+    for key in (f"data.{name}" for name in identity.INPUT_KEYS):
         if c.get(key):
             try:
                 locations.check_input(c[key], key, kind="any")
@@ -208,8 +207,7 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     needed = {"two_tower": ("model.embedding_dim", "train.epochs"), "item2vec": ("item2vec.epochs",)}
     for key in needed.get(model_type, ()):
         if key not in c:
-            yield "model_type", (f"model_type {model_type!r} needs config.{key.split('.')[0]} (start from "
-                                 f"configs/{'two_tower' if model_type == 'two_tower' else 'item2vec'}.py)")
+            yield "model_type", f"{model_type!r} needs config.{key} (start from configs/{model_type}.py)"
     if c.get("model.objective.name") == "sampled_softmax" and c.get("model.objective.num_negatives", 1) < 1:
         yield "model.objective.num_negatives", "sampled_softmax needs at least 1 negative"
     if c.get("model.objective.output_table") and c.get("model.objective.name") != "sampled_softmax":
