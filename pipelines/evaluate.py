@@ -9,12 +9,13 @@ Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run dire
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 from absl import flags
 
 from retrieval import cli
 from retrieval.errors import InputError
+from retrieval.pipeline import locations
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory to evaluate (holds data/, user_tower/, "
                                "item_embeddings.parquet, manifest.json); the report is written into it.")
@@ -47,12 +48,26 @@ def _ints(values: Sequence[str], flag: str) -> list[int]:
         raise InputError(f"expected integers, got {','.join(values)}", field=flag) from None
 
 
+def _check_flags(ks: Optional[list[int]]) -> None:
+    """Paths and numbers of the command line, before TensorFlow loads (exit 2 at once on a mistake)."""
+    locations.check_input(_RUN_DIR.value, "run_dir", kind="dir")
+    for flag, kind in ((_TEST_PATH, "any"), (_ANN_INDEX, "file"), (_COMPARE, "dir")):
+        if flag.value:
+            locations.check_input(flag.value, flag.name, kind)
+    locations.check_writable_dir(_OUTPUT_DIR.value or _RUN_DIR.value, "output_dir")
+    if ks is not None and min(ks) < 1:
+        raise InputError(f"every k must be at least 1, got {','.join(map(str, ks))}", field="ks")
+    if _BOOTSTRAP.value is not None and _BOOTSTRAP.value < 0:
+        raise InputError(f"must be 0 (none) or more resamples, got {_BOOTSTRAP.value}", field="bootstrap")
+
+
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not _RUN_DIR.value:
         raise InputError("--run_dir is required", field="run_dir")
     ks = _ints(_KS.value, "ks") if _KS.value else None
+    _check_flags(ks)
     from retrieval.evaluation import runs  # TensorFlow loads only now: --help and flag errors stay instant
 
     baselines = _BASELINES.value

@@ -14,6 +14,7 @@ from absl import flags
 
 from retrieval import cli
 from retrieval.errors import InputError
+from retrieval.pipeline import locations
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
                                "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")
@@ -33,6 +34,10 @@ def main(argv: Sequence[str]) -> None:
             raise InputError(f"--{flag.name} is required", field=flag.name)
     if _K.value < 1:
         raise InputError(f"--k must be at least 1, got {_K.value}", field="k")
+    locations.check_input(_RUN_DIR.value, "run_dir", kind="dir")
+    if _USERS.value:
+        locations.check_input(_USERS.value, "users")
+    locations.check_output_file(_OUTPUT.value, "output")
     from retrieval.evaluation import inference  # TensorFlow loads only now: --help and flag errors stay instant
 
     users = inference.read_user_list(_USERS.value) if _USERS.value else None

@@ -4,32 +4,39 @@
         [--output_dir=artifacts] [--run_id=20260101] [--force]
 
 Runs go to <output_dir>/<config.name>/<run_id>/; <output_dir>/<config.name>/latest points at the published one.
-Rerunning a run id resumes it (finished stages are skipped, training resumes from its last checkpoint).
+Rerunning a run id resumes it (finished stages are skipped, training resumes from its last intact checkpoint) if it
+was started with the same configuration and input files; otherwise it exits 2 (use a new run id or --force).
+Everything is validated before any work (``retrieval.pipeline.validation``: every config key, the run id, the output
+directory, the input files, the gate's metric names).
 Exit codes: 0 published, 1 unexpected failure, 2 bad input or config, 3 quality gate refused (latest untouched),
 4 another process holds this run.
 """
 
 from absl import flags, logging
-from ml_collections import config_flags
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from retrieval import cli
-from retrieval.pipeline.job import TrainingJob
+from retrieval.errors import InputError
+from retrieval.pipeline import validation
+from retrieval.pipeline.job import TrainingJob, new_run_id
 
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.define_config_file(
     "config", "configs/two_tower.py",
     "Pipeline config file (configs/two_tower.py, configs/youtube_dnn.py, configs/item2vec.py); override any key "
     "with --config.<key>=<value>, e.g. --config.data.train_path=log.parquet.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "artifacts", "Root of the model directories: runs are written to "
                                   "<output_dir>/<config.name>/<run_id>/.")
-_RUN_ID = flags.DEFINE_string("run_id", None, "Run id (default: the UTC time, YYYYmmddTHHMMSS). Reusing an id "
-                              "resumes that run.")
+_RUN_ID = flags.DEFINE_string("run_id", None, "Run id (default: the UTC time, YYYYmmddTHHMMSS): 1-128 letters, "
+                              "digits, '.', '_' or '-', not 'latest'. Reusing an id resumes that run.")
 _FORCE = flags.DEFINE_bool("force", False, "Redo every stage of an existing run id instead of resuming it.")
 
 
 def main(argv):
-    del argv
-    job = TrainingJob(_CONFIG.value, _OUTPUT_DIR.value, _RUN_ID.value, force=_FORCE.value)
+    if len(argv) > 1:
+        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    run_id = _RUN_ID.value or new_run_id()
+    validation.validate_job(_CONFIG.value, _OUTPUT_DIR.value, run_id)
+    job = TrainingJob(_CONFIG.value, _OUTPUT_DIR.value, run_id, force=_FORCE.value)
     outcome = job.run()
     logging.info("published %s", outcome.run_dir)
     print(f"run directory: {outcome.run_dir}")

@@ -9,14 +9,21 @@ Exit codes (documented in the README, stable for schedulers):
 3    the quality gate refused to publish (``GateError``); ``latest`` untouched
 4    another run holds the lock of this model directory
 ==== ===========================================================================
+
+Command-line mistakes are input errors too: a flag that does not parse (``--config.train.batch_size=abc``), an
+unknown config key (``--config.train.foo=1``) or a config file that cannot be loaded exits 2 with one line, like an
+``InputError`` raised by the program. Config files are therefore defined with :func:`define_config_file`, which
+loads them (and applies the overrides) when :func:`run` parses the command line, not while the module is imported.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Callable, Sequence
 
-from absl import app, logging
+from absl import app, flags, logging
+from ml_collections import config_flags
 
 from retrieval.errors import GateError, InputError
 
@@ -31,8 +38,68 @@ class LockedError(RuntimeError):
     """Another process holds the lock of the directory this run wants to write."""
 
 
+flags.disclaim_key_flags()  # flags defined through define_config_file belong to the calling pipeline (--help)
+_CONFIG_DEFAULTS: dict[str, str] = {}  # config-file flags defined by define_config_file -> their default file
+
+
+def define_config_file(name: str, default: str, help_string: str):
+    """``config_flags.DEFINE_config_file`` loaded at flag parsing (see the module docstring); ``default`` is the
+    file used when ``--<name>`` is not given. Returns the flag holder (``.value`` is the ConfigDict)."""
+    _CONFIG_DEFAULTS[name] = default
+    holder = config_flags.DEFINE_config_file(name, None, help_string)
+    flags.FLAGS[name].default_as_str = repr(default)  # what --help shows; the file is loaded by parse_flags
+    return holder
+
+
+def _innermost(error: BaseException) -> str:
+    while error.args and isinstance(error.args[0], BaseException):
+        error = error.args[0]
+    return " ".join(str(error.args[0] if error.args else error).split())
+
+
+def _override_error(error: BaseException, argv: Sequence[str]) -> str:
+    """One line for an override that names no key of the config (ml_collections raises KeyError/AttributeError)."""
+    text = _innermost(error)
+    missing = re.match(r"'([^']+)'", text)
+    if missing is None:
+        return f"bad config override: {text}"
+    overrides = [arg.lstrip("-").split("=", 1)[0] for arg in argv[1:] if re.match(r"-{1,2}\w+\.", arg)]
+    keys = [key for key in overrides if missing.group(1) in key.split(".")[1:]]
+    hint = text[missing.end():].strip()
+    return f"unknown config key {keys[0] if keys else missing.group(1)}" + (f" ({hint})" if hint else "")
+
+
+def _with_default_configs(argv: Sequence[str]) -> list[str]:
+    argv = list(argv)
+    for name, default in _CONFIG_DEFAULTS.items():
+        if not any(re.match(rf"-{{1,2}}{name}(=|$)", arg) for arg in argv[1:]):
+            argv.insert(1, f"--{name}={default}")
+    return argv
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+    """absl flag parsing where every command-line mistake exits 2 with one line (see the module docstring)."""
+    try:
+        remaining = flags.FLAGS(_with_default_configs(argv))
+        for name in _CONFIG_DEFAULTS:
+            flags.FLAGS[name].value.get  # noqa: B018  (a config file that failed to load raises OSError here)
+    except flags.Error as e:
+        _exit_input_error(" ".join(str(e).split()))
+    except (KeyError, AttributeError) as e:
+        _exit_input_error(_override_error(e, argv))
+    except OSError as e:
+        _exit_input_error(f"cannot load the config file: {str(e).strip().splitlines()[-1].strip()}")
+    return remaining
+
+
+def _exit_input_error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(EXIT_INPUT_ERROR)
+
+
 def run(main: Callable[[Sequence[str]], None]) -> None:
-    """``absl.app.run`` with user errors mapped to one log line and a documented exit code."""
+    """``absl.app.run`` with user errors mapped to one log line and a documented exit code (flags parsed by
+    :func:`parse_flags`)."""
 
     def guarded(argv: Sequence[str]) -> None:
         try:
@@ -49,4 +116,4 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(EXIT_LOCKED)
 
-    app.run(guarded)
+    app.run(guarded, flags_parser=parse_flags)

@@ -29,7 +29,7 @@ from absl import logging
 from tensorflow.core.framework import summary_pb2
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval import distributed
+from retrieval import checkpoints, distributed
 from retrieval.artifacts import PathLike
 from retrieval.data.examples import to_dataset
 from retrieval.data.set_examples import SetExamples
@@ -291,9 +291,9 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         directory = distributed.worker_path(Path(checkpoint_dir), strategy)
         private_dir = None if directory == Path(checkpoint_dir) else directory
         manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=config.keep_checkpoints)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            logging.info("resumed from %s at step %d", manager.latest_checkpoint, int(model.optimizer.iterations.numpy()))
+        restored = checkpoints.restore_newest_intact(checkpoint, manager)
+        if restored:
+            logging.info("resumed from %s at step %d", restored, int(model.optimizer.iterations.numpy()))
     step = int(model.optimizer.iterations.numpy())
     try:
         if step >= total_steps:

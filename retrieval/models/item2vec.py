@@ -34,6 +34,7 @@ import tensorflow as tf
 from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval import checkpoints
 from retrieval.artifacts import PathLike, RunPaths
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
@@ -187,10 +188,10 @@ def train_item2vec(config: ml_collections.ConfigDict, user_idx: np.ndarray, item
     if checkpoint_dir is not None:
         checkpoint = tf.train.Checkpoint(model=model, **state)
         manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=config.keep_checkpoints)
-        if manager.latest_checkpoint:
-            checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            logging.info("item2vec resumed from %s (epoch %d, step %d)", manager.latest_checkpoint,
-                         int(state["epoch"]), int(state["step"]))
+        restored = checkpoints.restore_newest_intact(checkpoint, manager)
+        if restored:
+            logging.info("item2vec resumed from %s (epoch %d, step %d)", restored, int(state["epoch"]),
+                         int(state["step"]))
     if int(state["epoch"]) < config.epochs:
         user_idx = np.asarray(user_idx, np.int64)
         order = (np.lexsort((np.asarray(timestamps), user_idx)) if timestamps is not None

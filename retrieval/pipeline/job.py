@@ -37,7 +37,7 @@ from retrieval.data import readers, splits
 from retrieval.data.set_examples import SetExamples
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.pipeline import gate, provenance
+from retrieval.pipeline import gate, identity, provenance
 from retrieval.pipeline import warm_start as warm_start_lib
 from retrieval.pipeline.publish import ModelDirectory
 from retrieval.pipeline.stages import StageRunner
@@ -117,10 +117,14 @@ class TrainingJob:
     def run(self) -> Outcome:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         with self.model_dir.run_lock(self.run_id):
-            if self.force and self.paths.stages.exists():
-                logging.info("--force: redoing every stage of %s", self.run_id)
-                shutil.rmtree(self.paths.stages)
-            self._write_snapshot()
+            run_identity = identity.RunIdentity.of(self.config)
+            if self.force:
+                logging.info("--force: redoing every stage of %s from scratch", self.run_id)
+                for directory in (self.paths.stages, self.paths.checkpoints):
+                    shutil.rmtree(directory, ignore_errors=True)
+            else:
+                identity.check_resume(self.paths, run_identity, self.run_id)
+            self._write_snapshot(run_identity)
             self.stages.run("prepare", self._prepare)
             self.stages.run("train", self._train)
             self.stages.run("export", self._export)
@@ -136,21 +140,18 @@ class TrainingJob:
             raise GateError("; ".join(decision["reasons"]) + f" (run kept at {self.paths.root}, latest untouched)")
         return Outcome(str(self.paths.root), True, metrics, [])
 
-    def _write_snapshot(self) -> None:
-        """Config snapshot and the run's provenance, written once per run (again only with ``force``): hashing the
-        input files and asking git are not repeated at every manifest update."""
+    def _write_snapshot(self, run_identity: identity.RunIdentity) -> None:
+        """Config snapshot, the run's identity (``identity``: what a rerun must match to resume) and provenance,
+        written once per run (again only with ``force``): asking git is not repeated at every manifest update."""
         if not self.paths.config.exists() or self.force:
-            artifacts.write_json(self.paths.config, self.config.to_dict())
+            artifacts.write_json(self.paths.config, run_identity.config)
         if not self.paths.manifest.exists() or self.force:
             c = self.config
             artifacts.write_json(self.paths.manifest, {
                 "run_id": self.run_id, "version": self.run_id, "model_name": c.name, "model_type": self.model_type,
                 "seed": c.seed, "package_version": retrieval.__version__, "packages": provenance.package_versions(),
-                "git_revision": provenance.git_revision(),
-                "data_fingerprint": provenance.fingerprint(
-                    [c.data.train_path, c.data.test_path, c.data.validation_path, c.data.item_features_path,
-                     c.data.user_features_path]),
-                "status": "running",
+                "git_revision": provenance.git_revision(), "data_fingerprint": run_identity.data,
+                "fingerprint": run_identity.digest, "status": "running",
             })
 
     def _write_manifest(self, decision: Optional[dict]) -> None:

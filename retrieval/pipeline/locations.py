@@ -1,0 +1,93 @@
+"""Up-front checks of the names and paths a command line gives: run ids, output directories, input files.
+
+Everything here is checked before any work starts, so a bad path fails at once with exit 2 and one line naming the
+flag and what is allowed, never after a full training run. TensorFlow-free, so ``pipelines.evaluate`` and
+``pipelines.recommend`` check their flags instantly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from retrieval.errors import InputError
+
+# A run id or a model name is one path component: no separators, no "..", no leading dot (hidden files and lock files
+# of the model directory start with a dot), at most 128 characters.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NAME_RULE = "1-128 characters among letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
+RESERVED_NAMES = ("latest",)  # the published-run link of a model directory
+RUN_MARKERS = ("config.json", "manifest.json")  # a directory holding both is a run directory
+
+
+def check_name(name: object, field: str) -> None:
+    """``name`` can be a run id or a model name: one safe path component, not ``latest``."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        raise InputError(f"{name!r} is not a valid name: use {NAME_RULE}", field=field)
+    if name in RESERVED_NAMES:
+        raise InputError(f"{name!r} is reserved (the link to the published run)", field=field)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _enclosing_run(path: Path) -> Optional[Path]:
+    for directory in (path, *path.parents):
+        if all((directory / marker).is_file() for marker in RUN_MARKERS):
+            return directory
+    return None
+
+
+def check_writable_dir(path: object, field: str) -> Path:
+    """``path`` is a writable directory or can be created as one (its nearest existing ancestor is a writable
+    directory); returns it resolved."""
+    if not isinstance(path, str) or not path:
+        raise InputError("must be a directory path", field=field)
+    resolved = Path(path).expanduser().resolve()
+    existing = _nearest_existing(resolved)
+    if not existing.is_dir():
+        where = "is a file" if existing == resolved else f"is under the file {existing}"
+        raise InputError(f"{path} {where}; expected a directory (existing or to be created)", field=field)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{existing} is not writable", field=field)
+    return resolved
+
+
+def check_output_dir(output_dir: object, model_name: str, run_id: str, field: str = "output_dir") -> None:
+    """The training output directory can hold ``<output_dir>/<model_name>/<run_id>/``: writable or creatable, not
+    inside an existing run directory, and the model and run directories, where they exist, are writable
+    directories."""
+    resolved = check_writable_dir(output_dir, field)
+    run = _enclosing_run(resolved)
+    if run is not None:
+        raise InputError(f"{output_dir} is inside the run directory {run}; choose a directory outside any run",
+                         field=field)
+    for directory in (resolved / model_name, resolved / model_name / run_id):
+        check_writable_dir(str(directory), field)
+
+
+def check_input(path: object, field: str, kind: str = "file") -> None:
+    """``path`` exists and is a ``kind`` ("file", "dir" or "any": a file or a directory, e.g. a Parquet dataset)."""
+    if not isinstance(path, str) or not path:
+        raise InputError(f"must be a {kind if kind != 'any' else 'file'} path", field=field)
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise InputError(f"{path} does not exist", field=field)
+    if kind == "file" and not target.is_file():
+        raise InputError(f"{path} is not a file", field=field)
+    if kind == "dir" and not target.is_dir():
+        raise InputError(f"{path} is not a directory", field=field)
+
+
+def check_output_file(path: object, field: str) -> None:
+    """``path`` can be written as a file: not a directory, its directory writable or creatable."""
+    if not isinstance(path, str) or not path:
+        raise InputError("must be a file path", field=field)
+    if Path(path).expanduser().is_dir():
+        raise InputError(f"{path} is a directory; expected a file", field=field)
+    check_writable_dir(str(Path(path).expanduser().resolve().parent), field)

@@ -1,0 +1,255 @@
+"""One validation pass over a training run's configuration, run id and output directory, before any work.
+
+Every key of the configuration must have a rule in :data:`RULES` (type, range, choices; ``retrieval.pipeline.rules``);
+a key without one is an error, so a key added to a config file cannot skip validation (``tests/test_validation.py``
+walks every key of every shipped config). Choices reuse the constants of the modules that read the keys. Cross-key
+checks follow (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
+table, objective combinations, Item2Vec's batch / group divisibility, input files that must exist, and gate metrics
+that the evaluation will actually report. Every problem found is reported, one line, through ``InputError``.
+
+Adding a key: add one line to :data:`RULES`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Mapping
+
+import ml_collections
+
+from retrieval.data import features, readers, splits
+from retrieval.distributed import STRATEGIES
+from retrieval.errors import InputError
+from retrieval.evaluation import baselines, evaluator, metrics
+from retrieval.models import config as model_config
+from retrieval.models.item2vec import VECTORS
+from retrieval.pipeline import identity, locations
+from retrieval.pipeline.job import MODEL_TYPES, SPLITS
+from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
+from retrieval.training import JIT_COMPILE, OPTIMIZERS, SCHEDULES
+
+SEED = integer(0, 2**31 - 1)
+DIM = integer(1)
+ORDERS = ("auto", "time", "none")  # data.order: how each user's history is ordered
+_KIND = "|".join(features.KINDS)
+FEATURE_SPEC = text(pattern=rf"(\s*[^\s:,]+:({_KIND})\s*)(,\s*[^\s:,]+:({_KIND})\s*)*|",
+                    pattern_doc=f"empty or 'name:kind' comma separated, kind among {', '.join(features.KINDS)}")
+FLOORS_SPEC = text(pattern=r"(\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)(,\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)*|",
+                   pattern_doc="empty or 'metric=floor' comma separated, e.g. 'recall@20=0.05,ndcg@20=0.02'")
+
+RULES: dict[str, Rule] = {
+    "name": text(pattern=locations.NAME_PATTERN.pattern, pattern_doc=locations.NAME_RULE),
+    "seed": SEED,
+    "model_type": one_of(MODEL_TYPES),
+    # data (configs/base.py)
+    "data.train_path": text(nonempty=True),
+    "data.test_path": text(),
+    "data.validation_path": text(),
+    "data.format": one_of(readers.FORMATS),
+    "data.user_column": text(nonempty=True),
+    "data.item_column": text(nonempty=True),
+    "data.timestamp_column": text(),
+    "data.item_features_path": text(),
+    "data.item_features": FEATURE_SPEC,
+    "data.user_features_path": text(),
+    "data.user_features": FEATURE_SPEC,
+    "data.split": one_of(SPLITS),
+    "data.holdout_n": integer(1),
+    "data.validation": flag(),
+    "data.temporal_quantile": number(0, 1, low_open=True, high_open=True),
+    "data.holdout_fraction": number(0, 1, low_open=True, high_open=True),
+    "data.unknown_policy": one_of(splits.POLICIES),
+    "data.min_item_count": integer(1),
+    "data.max_examples_per_user": integer(0),
+    "data.order": one_of(ORDERS),
+    # eval, index, gate, publish (configs/base.py)
+    "eval.ks": integers(1, nonempty=True),
+    "eval.exclude_train": flag(),
+    "eval.baselines": names(baselines.NAMES),
+    "eval.bootstrap": integer(0),
+    "eval.ease_lambda": number(0, low_open=True),
+    "index.factory": text(nonempty=True),
+    "index.recall_floor": number(0, 1),
+    "index.recall_k": integer(1),
+    "gate.floors": FLOORS_SPEC,
+    "gate.compare": names(),
+    "gate.max_regression": number(0, 1),
+    "gate.min_lift": number(),
+    "publish.keep_last": integer(0),
+    "publish.warm_start": flag(),
+    # model (retrieval/models/config.py; configs/item2vec.py keeps max_history only)
+    "model.embedding_dim": DIM,
+    "model.temperature": number(0, low_open=True),
+    "model.l2_normalize": flag(),
+    "model.max_history": integer(1),
+    "model.seed": SEED,
+    "model.item_tower.id_embedding_dim": DIM,
+    "model.item_tower.feature_embedding_dim": DIM,
+    "model.item_tower.hidden_units": integers(1),
+    "model.user_tower.share_item_embeddings": flag(),
+    "model.user_tower.history_embedding_dim": DIM,
+    "model.user_tower.pooling": one_of(model_config.POOLINGS),
+    "model.user_tower.user_id_embedding_dim": integer(0),
+    "model.user_tower.feature_embedding_dim": DIM,
+    "model.user_tower.use_example_age": flag(),
+    "model.user_tower.hidden_units": integers(1),
+    "model.objective.name": one_of(model_config.OBJECTIVES),
+    "model.objective.num_negatives": integer(0),
+    "model.objective.sampler": one_of(model_config.SAMPLERS),
+    "model.objective.distortion": number(0),
+    "model.objective.log_q": one_of(model_config.LOG_Q_MODES),
+    "model.objective.estimator_buckets": integer(0),
+    "model.objective.estimator_alpha": number(0, 1, low_open=True),
+    "model.objective.estimator_hashes": integer(1),
+    "model.objective.output_table": flag(),
+    # train (retrieval/training.py, default_train_config)
+    "train.epochs": integer(1),
+    "train.batch_size": integer(1),
+    "train.optimizer": one_of(OPTIMIZERS),
+    "train.learning_rate": number(0),  # 0 is allowed: a warm start copied without training
+    "train.weight_decay": number(0),
+    "train.schedule": one_of(SCHEDULES),
+    "train.warmup_steps": integer(0),
+    "train.min_learning_rate_ratio": number(0, 1),
+    "train.checkpoint_every_steps": integer(1),
+    "train.keep_checkpoints": integer(1),
+    "train.log_every_steps": integer(1),
+    "train.eval_every_epochs": integer(1),
+    "train.early_stopping_patience": integer(0),
+    "train.eval_metric_name": text(nonempty=True),
+    "train.strategy": one_of(STRATEGIES),
+    "train.seed": SEED,
+    "train.jit_compile": one_of(JIT_COMPILE),
+    # item2vec (retrieval/models/item2vec.py, default_item2vec_config)
+    "item2vec.dim": DIM,
+    "item2vec.window": integer(1),
+    "item2vec.shrink_window": flag(),
+    "item2vec.negatives": integer(1),
+    "item2vec.noise_exponent": number(0),
+    "item2vec.negative_group": integer(1),
+    "item2vec.subsample": number(0),
+    "item2vec.epochs": integer(1),
+    "item2vec.batch_size": integer(1),
+    "item2vec.learning_rate": number(0, low_open=True),
+    "item2vec.min_learning_rate": number(0),
+    "item2vec.vectors": one_of(VECTORS),
+    "item2vec.log_every_steps": integer(1),
+    "item2vec.checkpoint_every_steps": integer(1),
+    "item2vec.keep_checkpoints": integer(1),
+    "item2vec.seed": SEED,
+}
+
+Problem = tuple[str, str]  # (key, what is wrong and what is allowed)
+
+
+def flatten(config: Mapping, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``("data.train_path", value)`` for every leaf of a ConfigDict or nested dict; sections are not leaves."""
+    for key, value in config.items():
+        if isinstance(value, (Mapping, ml_collections.ConfigDict)):
+            yield from flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def evaluation_metrics(ks, bootstrap: int) -> set[str]:
+    """The flat metric names a run's evaluation reports for the model (what the gate can read): every accuracy,
+    popularity and coverage metric at each k, and the bootstrap interval bounds of the headline metrics."""
+    per_k = (*metrics.ACCURACY_METRICS, *metrics.POPULARITY_METRICS, "coverage")
+    reported = {f"{name}@{k}" for name in per_k for k in ks}
+    if bootstrap:
+        reported |= {f"{name}@{k}_ci_{side}" for name in evaluator.CI_METRICS for k in ks for side in ("low", "high")}
+    return reported
+
+
+def _gate_metrics(c: Mapping[str, Any]) -> Iterator[Problem]:
+    if "gate.floors" not in c and "gate.compare" not in c:
+        return
+    ks, bootstrap = c.get("eval.ks", evaluator.DEFAULT_KS), c.get("eval.bootstrap", 0)
+    known = evaluation_metrics(ks, bootstrap)
+    expected = (f"expected <metric>@<k> with metric among {', '.join(metrics.ACCURACY_METRICS)}, "
+                f"{', '.join(metrics.POPULARITY_METRICS)}, coverage and k among eval.ks {tuple(ks)}"
+                + (" (or recall/ndcg@k_ci_low/_ci_high)" if bootstrap else ""))
+    floors = [part.split("=") for part in c.get("gate.floors", "").split(",") if part.strip()]
+    for name, value in floors:
+        try:
+            floor = float(value)
+        except ValueError:
+            yield "gate.floors", f"floor {value.strip()!r} of {name.strip()} is not a number"
+            continue
+        if not math.isfinite(floor):
+            yield "gate.floors", f"floor {value.strip()!r} of {name.strip()} must be a finite number"
+        if name.strip() not in known:
+            yield "gate.floors", f"unknown metric {name.strip()!r}: {expected}"
+    for name in c.get("gate.compare", ()):
+        if name not in known:
+            yield "gate.compare", f"unknown metric {name!r}: {expected}"
+
+
+def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
+    split = c.get("data.split")
+    if split == "files" and not c.get("data.test_path"):
+        yield "data.test_path", "split 'files' needs a test file"
+    if split == "temporal" and not c.get("data.timestamp_column"):
+        yield "data.timestamp_column", "split 'temporal' needs a timestamp column"
+    for which in ("item", "user"):
+        if c.get(f"data.{which}_features") and not c.get(f"data.{which}_features_path"):
+            yield f"data.{which}_features", f"features declared without a table: set data.{which}_features_path"
+    for key in (f"data.{name}" for name in identity.INPUT_KEYS):
+        if c.get(key):
+            try:
+                locations.check_input(c[key], key, kind="any")
+            except InputError as e:
+                yield key, e.message
+
+
+def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
+    model_type = c.get("model_type", "two_tower")
+    needed = {"two_tower": ("model.embedding_dim", "train.epochs"), "item2vec": ("item2vec.epochs",)}
+    for key in needed.get(model_type, ()):
+        if key not in c:
+            yield "model_type", f"{model_type!r} needs config.{key} (start from configs/{model_type}.py)"
+    if c.get("model.objective.name") == "sampled_softmax" and c.get("model.objective.num_negatives", 1) < 1:
+        yield "model.objective.num_negatives", "sampled_softmax needs at least 1 negative"
+    if c.get("model.objective.output_table") and c.get("model.objective.name") != "sampled_softmax":
+        yield "model.objective.output_table", "the output table needs model.objective.name 'sampled_softmax'"
+    if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:
+        yield "item2vec.negative_group", (f"must divide item2vec.batch_size {c['item2vec.batch_size']}, got "
+                                          f"{c['item2vec.negative_group']}")
+
+
+CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (_data, _model, _gate_metrics)
+
+
+def config_problems(config: Mapping) -> list[Problem]:
+    """Every problem of ``config``: unknown keys and values breaking their rule first; the cross-key checks only
+    when every value passed (they rely on types and ranges)."""
+    flat = dict(flatten(config))
+    problems = []
+    for key, value in flat.items():
+        rule = RULES.get(key)
+        if rule is None:
+            problems.append((key, "unknown key (no such setting; see configs/base.py and the config files)"))
+        elif not rule.accepts(value):
+            problems.append((key, f"must be {rule.allowed()}, got {value!r}"))
+    if not problems:
+        for check in CROSS_CHECKS:
+            problems.extend(check(flat))
+    return problems
+
+
+def validate_config(config: Mapping) -> None:
+    """Raises ``InputError`` naming every bad key of ``config`` (one line) unless it is valid."""
+    problems = config_problems(config)
+    if len(problems) == 1:
+        key, message = problems[0]
+        raise InputError(message, field=f"config.{key}")
+    if problems:
+        raise InputError("; ".join(f"config.{key}: {message}" for key, message in problems))
+
+
+def validate_job(config: Mapping, output_dir: str, run_id: str) -> None:
+    """The whole training invocation: the configuration, the run id and the output directory."""
+    validate_config(config)
+    locations.check_name(config["name"], "config.name")
+    locations.check_name(run_id, "run_id")
+    locations.check_output_dir(output_dir, config["name"], run_id)

@@ -1,0 +1,224 @@
+"""Up-front validation of a training run: every config key has a rule and rejects bad values, cross-key checks,
+gate metric names, run ids, output directories, and the exit code of the command line (two subprocesses)."""
+
+import copy
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval import cli
+from retrieval.errors import InputError
+from retrieval.evaluation import csr as csr_lib
+from retrieval.evaluation import evaluator
+from retrieval.pipeline import locations, validation
+from retrieval.pipeline.rules import Rule
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ("two_tower", "youtube_dnn", "item2vec")
+
+
+def shipped(name: str) -> dict:
+    return importlib.import_module(f"configs.{name}").get_config().to_dict()
+
+
+def every_key() -> list[tuple[str, str]]:
+    """(config, key) for every leaf key of every shipped config, each key once."""
+    seen = {}
+    for name in CONFIGS:
+        for key, _ in validation.flatten(shipped(name)):
+            seen.setdefault(key, name)
+    return sorted((name, key) for key, name in seen.items())
+
+
+def with_value(config: dict, key: str, value) -> dict:
+    config = copy.deepcopy(config)
+    node = config
+    *parents, leaf = key.split(".")
+    for parent in parents:
+        node = node[parent]
+    node[leaf] = value
+    return config
+
+
+def bad_values(rule: Rule) -> list:
+    """A wrong type for the rule's kind, then values of the right type that break its range, choices or pattern."""
+    wrong_type = {"int": "1", "float": "0.5", "bool": 1, "str": 1, "ints": "10,20", "strs": "recall@20"}[rule.kind]
+    values = [wrong_type]
+    if rule.kind == "int":
+        values += [rule.low - 1] if rule.low is not None else []
+        values += [rule.high + 1] if rule.high is not None else []
+        values.append(True)
+    elif rule.kind == "float":
+        values += [float("nan"), float("inf")]
+        values += [rule.low if rule.low_open else rule.low - 1e-3] if rule.low is not None else []
+        values += [rule.high if rule.high_open else rule.high + 1e-3] if rule.high is not None else []
+    elif rule.kind == "str":
+        values += ["bogus"] if rule.choices else []
+        values += ["../x y:z"] if rule.pattern else []
+        values += [""] if rule.nonempty else []
+    elif rule.kind == "ints":
+        values += [(0,) if rule.low == 1 else (rule.low - 1,)] if rule.low is not None else []
+        values += [()] if rule.nonempty else []
+        values.append((1.5,))
+    elif rule.kind == "strs":
+        values += [("bogus",)] if rule.choices else []
+        values.append((1,))
+    return values
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_key_has_a_rule_and_the_defaults_pass(name):
+    config = shipped(name)
+    missing = [key for key, _ in validation.flatten(config) if key not in validation.RULES]
+    assert not missing, f"add a rule to retrieval/pipeline/validation.py RULES for {missing}"
+    assert validation.config_problems(config) == []
+
+
+@pytest.mark.parametrize("name,key", every_key())
+def test_every_key_rejects_bad_values_naming_the_key(name, key):
+    config = shipped(name)
+    for value in bad_values(validation.RULES[key]):
+        with pytest.raises(InputError, match=rf"config\.{key}\b.*must be") as caught:
+            validation.validate_config(with_value(config, key, value))
+        assert "\n" not in str(caught.value)
+
+
+def test_a_key_without_a_rule_is_reported():
+    config = with_value(shipped("two_tower"), "train.foo", 1)
+    with pytest.raises(InputError, match=r"config\.train\.foo.*unknown key"):
+        validation.validate_config(config)
+
+
+def test_every_bad_key_is_reported_in_one_line():
+    config = shipped("two_tower")
+    for key, value in {"train.epochs": 0, "train.batch_size": -5, "train.learning_rate": float("nan"),
+                       "model.max_history": 0, "data.temporal_quantile": 1.5, "index.recall_k": 0}.items():
+        config = with_value(config, key, value)
+    message = str(pytest.raises(InputError, validation.validate_config, config).value)
+    for key in ("train.epochs", "train.batch_size", "train.learning_rate", "model.max_history",
+                "data.temporal_quantile", "index.recall_k"):
+        assert f"config.{key}:" in message
+    assert "\n" not in message
+
+
+def test_rules_describe_what_is_allowed():
+    assert validation.RULES["train.epochs"].allowed() == "an integer >= 1"
+    assert validation.RULES["data.temporal_quantile"].allowed() == "a finite number in (0, 1)"
+    assert validation.RULES["data.order"].allowed() == "one of 'auto', 'time', 'none'"
+    assert validation.RULES["data.order"].accepts("time") and not validation.RULES["data.order"].accepts("random")
+    assert validation.RULES["eval.baselines"].accepts(()) and not validation.RULES["eval.ks"].accepts(())
+
+
+@pytest.mark.parametrize("changes,key,message", [
+    ({"data.split": "files"}, "data.test_path", "needs a test file"),
+    ({"data.split": "temporal", "data.timestamp_column": ""}, "data.timestamp_column", "needs a timestamp"),
+    ({"data.item_features": "genres:multi"}, "data.item_features", "without a table"),
+    ({"data.user_features": "age:numeric,segment:categorical"}, "data.user_features", "without a table"),
+    ({"data.train_path": "/nonexistent/log.csv"}, "data.train_path", "does not exist"),
+    ({"data.test_path": "/nonexistent/test.csv"}, "data.test_path", "does not exist"),
+    ({"model.objective.name": "sampled_softmax", "model.objective.num_negatives": 0},
+     "model.objective.num_negatives", "at least 1 negative"),
+    ({"model.objective.output_table": True}, "model.objective.output_table", "sampled_softmax"),
+    ({"gate.floors": "recal@20=0.1"}, "gate.floors", "unknown metric 'recal@20'"),
+    ({"gate.floors": "recall@20=nan"}, "gate.floors", "finite"),
+    ({"gate.floors": "recall@20=high"}, "gate.floors", "not a number"),
+    ({"gate.compare": ("ndcg@30",)}, "gate.compare", "unknown metric 'ndcg@30'.*k among eval.ks"),
+    ({"eval.ks": (10, 50), "gate.floors": ""}, "gate.compare", "unknown metric 'recall@20'"),
+    ({"eval.bootstrap": 0, "gate.floors": "recall@20_ci_low=0.01"}, "gate.floors", "unknown metric"),
+    ({"model_type": "item2vec"}, "model_type", "configs/item2vec.py"),
+])
+def test_cross_key_checks(changes, key, message):
+    config = shipped("two_tower")
+    for changed, value in changes.items():
+        config = with_value(config, changed, value)
+    with pytest.raises(InputError, match=rf"config\.{key}\b.*{message}"):
+        validation.validate_config(config)
+
+
+def test_item2vec_group_must_divide_the_batch():
+    config = with_value(shipped("item2vec"), "item2vec.negative_group", 100)
+    with pytest.raises(InputError, match=r"config\.item2vec\.negative_group.*must divide item2vec\.batch_size"):
+        validation.validate_config(config)
+
+
+def test_gate_metrics_are_exactly_what_the_evaluation_reports():
+    rng = np.random.default_rng(0)
+    n_users, n_items = 6, 12
+    train = csr_lib.from_pairs(rng.integers(0, n_users, 20), rng.integers(2, n_items, 20), n_users)
+    test = csr_lib.from_pairs(np.arange(n_users), rng.integers(2, n_items, n_users), n_users)
+    for bootstrap in (0, 20):
+        metrics = evaluator.evaluate(rng.normal(size=(n_users, 4)), rng.normal(size=(n_items, 4)), train, test,
+                                     ks=(2, 5), baselines=(), n_bootstrap=bootstrap)
+        gateable = {k for k, v in metrics.items() if isinstance(v, (int, float)) and "/" not in k}
+        assert validation.evaluation_metrics((2, 5), bootstrap) == gateable
+
+
+@pytest.mark.parametrize("run_id", ["../../x", "a/b", "latest", "", ".hidden", "a..b", "x" * 129, "a b", None])
+def test_bad_run_ids_are_rejected(run_id):
+    with pytest.raises(InputError, match="run_id"):
+        locations.check_name(run_id, "run_id")
+
+
+@pytest.mark.parametrize("run_id", ["20260101T000000", "exp-1.2_b", "A", "x" * 128])
+def test_good_run_ids_pass(run_id):
+    locations.check_name(run_id, "run_id")
+
+
+def test_output_dir_must_be_a_usable_directory_outside_any_run(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for bad, message in ((tmp_path / "file", "is a file"), (tmp_path / "file" / "sub", "under the file")):
+        with pytest.raises(InputError, match=rf"output_dir.*{message}"):
+            locations.check_output_dir(str(bad), "two_tower", "r1")
+    run = tmp_path / "artifacts" / "two_tower" / "r0"
+    run.mkdir(parents=True)
+    for marker in locations.RUN_MARKERS:
+        (run / marker).write_text("{}")
+    with pytest.raises(InputError, match="inside the run directory"):
+        locations.check_output_dir(str(run / "nested"), "two_tower", "r1")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "two_tower").write_text("not a directory")
+    with pytest.raises(InputError, match="is a file"):
+        locations.check_output_dir(str(tmp_path / "models"), "two_tower", "r1")
+    locations.check_output_dir(str(tmp_path / "new" / "deep"), "two_tower", "r1")  # creatable
+    locations.check_output_dir(str(tmp_path / "artifacts"), "two_tower", "r1")  # a model directory with runs
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_output_dir_must_be_writable(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(InputError, match="not writable"):
+        locations.check_output_dir(str(locked / "out"), "two_tower", "r1")
+
+
+def test_validate_job_checks_the_model_name_run_id_and_output_dir(tmp_path):
+    config = shipped("two_tower")
+    validation.validate_job(config, str(tmp_path), "r1")
+    with pytest.raises(InputError, match="config.name"):
+        validation.validate_job(with_value(config, "name", ".."), str(tmp_path), "r1")
+    with pytest.raises(InputError, match="reserved"):
+        validation.validate_job(config, str(tmp_path), "latest")
+
+
+def test_override_errors_name_the_key():
+    argv = ["train", "--config=configs/two_tower.py", "--config.train.epoch=3"]
+    error = AttributeError(KeyError("'epoch'\nDid you mean \"epochs\" instead of \"epoch\"?"))
+    assert cli._override_error(error, argv) == ('unknown config key config.train.epoch (Did you mean "epochs" '
+                                                'instead of "epoch"?)')
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--config.train.foo=1", "unknown config key config.train.foo"),  # refused while parsing the flags
+    ("--config.train.epochs=0", "config.train.epochs': must be an integer >= 1, got 0"),  # refused by validation
+])
+def test_command_line_exits_2_with_one_line(tmp_path, override, message):
+    result = subprocess.run([sys.executable, "-m", "pipelines.train", f"--output_dir={tmp_path}", "--run_id=r1",
+                             override], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == cli.EXIT_INPUT_ERROR
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "two_tower").exists()  # nothing was started
