@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Mapping
 import ml_collections
 
 from retrieval.data import features, readers, splits
+from retrieval.data.order import ORDERS
 from retrieval.distributed import STRATEGIES
 from retrieval.errors import InputError
 from retrieval.evaluation import baselines, evaluator, metrics
@@ -30,7 +31,6 @@ from retrieval.training import JIT_COMPILE, OPTIMIZERS, SCHEDULES
 
 SEED = integer(0, 2**31 - 1)
 DIM = integer(1)
-ORDERS = ("auto", "time", "none")  # data.order: how each user's history is ordered
 _KIND = "|".join(features.KINDS)
 FEATURE_SPEC = text(pattern=rf"(\s*[^\s:,]+:({_KIND})\s*)(,\s*[^\s:,]+:({_KIND})\s*)*|",
                     pattern_doc=f"empty or 'name:kind' comma separated, kind among {', '.join(features.KINDS)}")
@@ -117,6 +117,7 @@ RULES: dict[str, Rule] = {
     "train.eval_every_epochs": integer(1),
     "train.early_stopping_patience": integer(0),
     "train.eval_metric_name": text(nonempty=True),
+    "train.eval_k": integer(1),
     "train.strategy": one_of(STRATEGIES),
     "train.seed": SEED,
     "train.jit_compile": one_of(JIT_COMPILE),
