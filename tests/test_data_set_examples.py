@@ -71,3 +71,17 @@ def test_deterministic_under_seed(pairs):
     for a, b in zip(first, again, strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_history_keep_thins_histories_to_that_share_on_average(pairs):
+    users, items = pairs
+    full = SetExamples.from_pairs(users, items, max_history=8)
+    thinned = SetExamples.from_pairs(users, items, max_history=8, history_keep=0.5)
+    (full_batches, _), (thin_batches, _) = _batches(full, epochs=5), _batches(thinned, epochs=5)
+    full_length = np.concatenate([b["history_length"] for b in full_batches])
+    thin_length = np.concatenate([b["history_length"] for b in thin_batches])
+    assert (thin_length <= full_length).all() and (thin_length[full_length > 0] >= 1).all()
+    # Stochastic rounding keeps half of each history in expectation.
+    np.testing.assert_allclose(thin_length.sum() / full_length.sum(), 0.5, atol=0.03)
+    for b in thin_batches:
+        assert ((b["history"] > 0).sum(axis=1) == b["history_length"]).all()

@@ -10,6 +10,10 @@ The sampling runs inside ``tf.data``, per epoch, with no per-example Python: the
 order (one stateless argsort keyed by ``(seed, epoch)``), and the history of the pair at position ``p`` of its
 user's ``L`` pairs is the next ``min(L - 1, max_history)`` positions, cyclically. Each history is thereby a uniform
 random subset of the other items, without replacement, never containing the target; a new epoch draws a new order.
+
+``history_keep`` < 1 keeps a random share of that history (stochastic rounding of ``keep * count``, at least one
+item): a denoising regulariser, the dropout of Mult-DAE (Liang et al. 2018) and the noise EASE^R's closed form is
+equivalent to (Steck 2019, sec. 3.2), so that the user tower does not memorise a fixed set of items per user.
 """
 
 from __future__ import annotations
@@ -32,16 +36,20 @@ class SetExamples:
     user: np.ndarray
     label: np.ndarray
     max_history: int
+    history_keep: float = 1.0
 
     @classmethod
-    def from_pairs(cls, user_idx: np.ndarray, item_idx: np.ndarray, max_history: int) -> SetExamples:
+    def from_pairs(cls, user_idx: np.ndarray, item_idx: np.ndarray, max_history: int,
+                   history_keep: float = 1.0) -> SetExamples:
         if max_history < 1:
             raise ValueError("max_history must be >= 1")
+        if not 0.0 < history_keep <= 1.0:
+            raise ValueError(f"history_keep must be in (0, 1], got {history_keep}")
         user_idx, item_idx = np.asarray(user_idx, np.int64), np.asarray(item_idx, np.int64)
         known = item_idx >= NUM_RESERVED
         order = np.argsort(user_idx[known], kind="stable")
         return cls(user_idx[known][order].astype(np.int32), item_idx[known][order].astype(np.int32),
-                   int(max_history))
+                   int(max_history), float(history_keep))
 
     def __len__(self) -> int:
         return len(self.label)
@@ -83,6 +91,11 @@ class SetExamples:
                 position = row - first
                 slot = first[:, None] + (position[:, None] + 1 + offsets[None, :]) % length[:, None]
                 count = tf.minimum(length - 1, self.max_history)
+                if self.history_keep < 1.0:
+                    draw = key + tf.stack([tf.constant(1, tf.int64), start])
+                    noise = tf.random.stateless_uniform(tf.shape(count), seed=draw)
+                    kept = tf.floor(self.history_keep * tf.cast(count, tf.float32) + noise)
+                    count = tf.minimum(count, tf.maximum(tf.cast(kept, tf.int32), 1))
                 history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
                 return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
 
