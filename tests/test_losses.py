@@ -257,3 +257,151 @@ def test_sgns_matches_numpy_and_sigmoid_cross_entropy(shared):
     targets[:, 0] = 1.0
     reference = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(targets, logits), axis=1)
     np.testing.assert_allclose(actual.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# ----- the logistic family: NCE, sampled logistic, negative sampling vs tf.nn.nce_loss; full logistic -----
+
+def _tf_nce(toy, sampled, inputs, biases, remove_accidental_hits):
+    ids, log_q, true_log_q = sampled
+    return tf.nn.nce_loss(
+        weights=toy["table"], biases=biases, labels=toy["labels"][:, None], inputs=inputs,
+        num_sampled=int(ids.shape[0]), num_classes=V, remove_accidental_hits=remove_accidental_hits,
+        sampled_values=(tf.cast(ids, tf.int64), tf.exp(true_log_q)[:, None], tf.exp(log_q)))
+
+
+def _ours_binary(loss_fn, toy, sampled, temperature=1.0, with_bias=True, with_ids=True, corrected=True):
+    ids, log_q, true_log_q = sampled
+    labels, table, bias = toy["labels"], toy["table"], toy["bias"]
+    args = (true_log_q, log_q) if corrected else ()
+    return loss_fn(toy["query"], tf.gather(table, labels), tf.gather(table, ids), *args,
+                   positive_ids=labels if with_ids else None, negative_ids=ids if with_ids else None,
+                   temperature=temperature, positive_bias=tf.gather(bias, labels) if with_bias else None,
+                   negative_bias=tf.gather(bias, ids) if with_bias else None)
+
+
+@pytest.mark.parametrize("kind", ["unigram", "log_uniform", "uniform"])
+@pytest.mark.parametrize("remove_accidental_hits", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_nce_equals_tf_nce_loss(toy, kind, remove_accidental_hits, with_bias):
+    # Unique draws: with duplicate sampled ids TF's compute_accidental_hits masks only one of the copies (it maps
+    # each sampled id to one position); ours masks every copy.
+    sampled = _draw(toy, kind, unique=True)
+    assert np.isin(sampled[0].numpy(), toy["labels"].numpy()).any()  # accidental hits exist
+    expected = _tf_nce(toy, sampled, toy["query"], toy["bias"] if with_bias else tf.zeros([V]),
+                       remove_accidental_hits)
+    actual = _ours_binary(losses.nce, toy, sampled, with_bias=with_bias, with_ids=remove_accidental_hits)
+    assert actual.shape == (B,)
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_sampled_logistic_is_nce_without_accidental_hits(toy):
+    sampled = _draw(toy, "unigram")
+    expected = _tf_nce(toy, sampled, toy["query"], toy["bias"], remove_accidental_hits=True)
+    actual = _ours_binary(losses.sampled_logistic, toy, sampled)
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    kept = _tf_nce(toy, sampled, toy["query"], toy["bias"], remove_accidental_hits=False)
+    assert np.abs(kept.numpy() - actual.numpy()).max() > 1e-2  # the hits make a difference here
+
+
+def test_nce_temperature_scales_score_not_correction(toy):
+    sampled = _draw(toy, "log_uniform")
+    temperature = 0.25
+    expected = _tf_nce(toy, sampled, toy["query"] / temperature, toy["bias"] / temperature, True)
+    actual = _ours_binary(losses.nce, toy, sampled, temperature=temperature)
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_negative_sampling_is_nce_with_unit_expected_counts(toy, with_ids):
+    """NEG = tf.nn.nce_loss fed expected counts of 1 (log Q = 0): the uncorrected logistic loss."""
+    ids, log_q, true_log_q = _draw(toy, "unigram")
+    ones = (ids, tf.zeros_like(log_q), tf.zeros_like(true_log_q))
+    expected = _tf_nce(toy, ones, toy["query"], toy["bias"], remove_accidental_hits=with_ids)
+    actual = _ours_binary(losses.negative_sampling, toy, (ids, log_q, true_log_q), with_ids=with_ids,
+                          corrected=False)
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_sgns_with_shared_negatives_is_negative_sampling(toy):
+    ids = tf.constant([3, 9, 17, 30], tf.int64)
+    positives, negatives = tf.gather(toy["table"], toy["labels"]), tf.gather(toy["table"], ids)
+    np.testing.assert_allclose(losses.sgns(toy["query"], positives, negatives).numpy(),
+                               losses.negative_sampling(toy["query"], positives, negatives).numpy(), rtol=1e-6)
+
+
+def test_nce_rejects_half_given_pairs(toy):
+    ids, log_q, true_log_q = _draw(toy, "uniform")
+    with pytest.raises(ValueError, match="nce: pass both positive_bias"):
+        losses.nce(toy["query"], toy["query"], tf.gather(toy["table"], ids), true_log_q, log_q,
+                   positive_bias=tf.zeros([B]))
+
+
+@pytest.mark.parametrize("bias", ["none", "scalar", "per_item"])
+def test_full_logistic_equals_sigmoid_cross_entropy_over_the_catalogue(toy, bias):
+    temperature = 0.5
+    bias_value = {"none": None, "scalar": tf.constant(-1.3), "per_item": toy["bias"]}[bias]
+    scores = tf.matmul(toy["query"], toy["table"], transpose_b=True)
+    if bias_value is not None:
+        scores += bias_value
+    logits = (scores / temperature)[:, 2:]  # items only: rows 0/1 are <pad>/<oov>
+    targets = tf.one_hot(toy["labels"] - 2, V - 2)
+    expected = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(targets, logits), axis=1)
+    actual = losses.full_logistic(toy["query"], toy["table"], toy["labels"], temperature, bias=bias_value)
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_sampled_logistic_with_every_item_and_no_correction_is_full_logistic(toy):
+    items = tf.range(2, V, dtype=tf.int64)
+    labels = toy["labels"]
+    full = losses.full_logistic(toy["query"], toy["table"], labels, bias=toy["bias"])
+    sampled = losses.sampled_logistic(toy["query"], tf.gather(toy["table"], labels), tf.gather(toy["table"], items),
+                                      tf.zeros([B]), tf.zeros([V - 2]), labels, items,
+                                      positive_bias=tf.gather(toy["bias"], labels),
+                                      negative_bias=tf.gather(toy["bias"], items))
+    np.testing.assert_allclose(sampled.numpy(), full.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["nce", "sampled_logistic", "negative_sampling"])
+@pytest.mark.parametrize("with_extra", [False, True])
+def test_in_batch_logistic_matches_per_row_sigmoid_cross_entropy(batch, variant, with_extra):
+    """Reference: per row, tf.nn.sigmoid_cross_entropy_with_logits with label 1 on the row's own column and 0 on
+    every other column kept (all of them for NCE and NEG; those with another id for sampled logistic)."""
+    temperature, bias = 0.5, -0.7
+    corrected, remove_hits = variant != "negative_sampling", variant == "sampled_logistic"
+    columns, ids = batch["candidates"].numpy(), batch["ids"].numpy()
+    log_q = batch["log_q"].numpy()
+    if with_extra:
+        columns = np.concatenate([columns, batch["extra"].numpy()])
+        ids, log_q = np.r_[ids, batch["extra_ids"].numpy()], np.r_[log_q, batch["extra_log_q"].numpy()]
+    logits = (batch["query"].numpy() @ columns.T + bias) / temperature - (log_q if corrected else 0.0)
+    weight = batch["weight"].numpy()
+    expected = []
+    for i in range(B):
+        keep = np.arange(len(ids)) != i
+        if remove_hits:
+            keep &= ids != ids[i]
+        row = np.r_[logits[i, i], logits[i, keep]].astype(np.float32)
+        labels = np.r_[1.0, np.zeros(keep.sum())].astype(np.float32)
+        expected.append(weight[i] * tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels, row)).numpy())
+    actual = losses.in_batch_logistic(
+        batch["query"], batch["candidates"], log_q=batch["log_q"] if corrected else None,
+        candidate_ids=batch["ids"] if remove_hits else None, temperature=temperature, sample_weight=batch["weight"],
+        extra_negatives=batch["extra"] if with_extra else None,
+        extra_log_q=batch["extra_log_q"] if with_extra and corrected else None,
+        extra_ids=batch["extra_ids"] if with_extra and remove_hits else None, bias=bias)
+    np.testing.assert_allclose(actual.numpy(), np.array(expected), rtol=1e-5, atol=1e-5)
+
+
+def test_logistic_losses_compile_with_xla(toy, batch):
+    sampled = _draw(toy, "unigram")
+
+    def run():
+        return (_ours_binary(losses.nce, toy, sampled), _ours_binary(losses.negative_sampling, toy, sampled,
+                                                                     corrected=False),
+                losses.full_logistic(toy["query"], toy["table"], toy["labels"], 0.5, bias=-1.0),
+                losses.in_batch_logistic(batch["query"], batch["candidates"], batch["log_q"], batch["ids"], 0.5,
+                                         batch["weight"], batch["extra"], batch["extra_log_q"], batch["extra_ids"],
+                                         bias=-1.0))
+
+    for compiled, eager in zip(tf.function(run, jit_compile=True)(), run(), strict=True):
+        np.testing.assert_allclose(compiled.numpy(), eager.numpy(), rtol=1e-5, atol=1e-5)

@@ -2,7 +2,10 @@
 
 1. Sampled softmax with log-Q: its gradient approaches the full-softmax gradient as the number of samples grows;
    without the correction it stays biased toward popular items.
-2. Mixed negatives: the mixture correction (``mixture_log_q``) estimates the partition function without bias and
+2. NCE: on a self-normalised model (sum_j exp s_ij = 1, the state NCE drives to) its gradient approaches the
+   maximum-likelihood (full-softmax) gradient as the number of noise samples grows (Mnih & Teh 2012, section 2.2);
+   negative sampling's does not (it optimises a different objective).
+3. Mixed negatives: the mixture correction (``mixture_log_q``) estimates the partition function without bias and
    with less variance than in-batch alone; correcting each column by its own mechanism doubles it.
 """
 
@@ -153,3 +156,54 @@ def test_mixture_correction_is_unbiased_for_mixed_negatives(toy):
     assert mean["in_batch"] == pytest.approx(1.0, abs=0.1)
     assert mean["per_mechanism"] == pytest.approx(2.0, abs=0.1)
     assert spread["mixture"] < 0.5 * spread["in_batch"]
+
+
+@pytest.fixture(scope="module")
+def binary_cosines(toy):
+    """Per (loss, S): cosine of the draw-averaged negative phase (as ``_negative_phase``: the loss plus the positive
+    score, w.r.t. queries and item biases) with the full-softmax one, on a self-normalised model: each query carries ``c_i = -log sum_j exp(q_i . e_j)`` as one more dimension against a
+    constant 1 on every item, so ``s_ij = q_i . e_j + c_i`` and ``sum_j exp s_ij = 1``."""
+    tf.random.set_seed(0)
+    items = tf.concat([toy["items"], tf.ones([V, 1])], axis=1)
+    scores = tf.matmul(toy["query"], toy["items"], transpose_b=True)[:, 2:]  # items only: rows 0/1 are reserved
+    query = tf.concat([toy["query"], -tf.reduce_logsumexp(scores, axis=1, keepdims=True)], axis=1)
+    labels = toy["labels"]
+
+    def gradient(loss_fn):
+        bias = tf.zeros([V])
+        with tf.GradientTape() as tape:
+            tape.watch([query, bias])
+            positive = tf.reduce_sum(query * tf.gather(items, labels), 1) + tf.gather(bias, labels)
+            loss = tf.reduce_mean(loss_fn(bias) + positive)
+        grad_query, grad_bias = tape.gradient(loss, [query, bias])
+        return np.r_[grad_query.numpy().ravel(), tf.convert_to_tensor(grad_bias).numpy()]
+
+    # full_softmax has no bias argument: the bias is one more item dimension against a query value of 1.
+    full = gradient(lambda bias: losses.full_softmax(tf.concat([query, tf.ones([BATCH, 1])], 1),
+                                                     tf.concat([items, bias[:, None]], 1), labels))
+    result = {}
+    for size in SAMPLE_SIZES:
+        sampler = CandidateSampler("unigram", size, V, unigrams=toy["counts"], distortion=1.0, unique=False, seed=1)
+        for loss in (losses.nce, losses.negative_sampling):
+            def sampled(bias, loss=loss, sampler=sampler):
+                ids, log_q, true_log_q = sampler.sample(labels)
+                log_q_args = () if loss is losses.negative_sampling else (true_log_q, log_q)
+                return loss(query, tf.gather(items, labels), tf.gather(items, ids), *log_q_args,
+                            positive_bias=tf.gather(bias, labels), negative_bias=tf.gather(bias, ids))
+
+            mean = np.mean([gradient(sampled) for _ in range(DRAWS)], axis=0)
+            result[loss.__name__, size] = _cosine(mean, full)
+            logging.info("%s S=%d: negative phase, cosine with the full softmax %.3f", loss.__name__, size,
+                         result[loss.__name__, size])
+    return result
+
+
+def test_nce_gradient_approaches_the_maximum_likelihood_gradient(binary_cosines):
+    cosines = [binary_cosines["nce", size] for size in SAMPLE_SIZES]
+    assert np.all(np.diff(cosines) > 0), cosines
+    assert cosines[-1] > 0.95, cosines  # measured 0.751 / 0.903 / 0.968 / 0.991 at S = 16 / 64 / 256 / 1024
+
+
+def test_negative_sampling_gradient_does_not(binary_cosines):
+    cosines = [binary_cosines["negative_sampling", size] for size in SAMPLE_SIZES]
+    assert max(cosines) < 0.8, cosines  # measured 0.51..0.61: it weights items by the noise, not by the model

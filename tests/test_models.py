@@ -279,12 +279,111 @@ def retrieval_loss(model, batch):
     return float(scores.numpy().mean())
 
 
-@pytest.mark.parametrize("objective", [dict(name="in_batch", log_q="streaming", num_negatives=3),
-                                       dict(name="sampled_softmax", num_negatives=6, output_table=True),
-                                       dict(name="full_softmax")])
+@pytest.mark.parametrize("objective", [
+    dict(name="in_batch", log_q="streaming", num_negatives=3),
+    dict(name="sampled_softmax", num_negatives=6, output_table=True),
+    dict(name="full_softmax"),
+    dict(name="nce", num_negatives=6), dict(name="nce", num_negatives=6, output_table=True),
+    dict(name="nce", negatives="in_batch"), dict(name="nce", negatives="in_batch", num_negatives=3),
+    dict(name="negative_sampling", num_negatives=6), dict(name="negative_sampling", negatives="in_batch"),
+    dict(name="sampled_logistic", num_negatives=6, sampler="log_uniform"),
+    dict(name="sampled_logistic", negatives="in_batch", log_q="streaming"),
+    dict(name="full_logistic")])
 def test_training_reduces_the_retrieval_loss(vocabs, features, batch, objective):
     model = build_model(small_config(**objective), *vocabs, *features)
     model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
     before = retrieval_loss(model, batch)
     model.fit(tf.data.Dataset.from_tensor_slices(batch).repeat(8).batch(B), epochs=1, verbose=0)
     assert retrieval_loss(model, batch) < before
+
+
+# ----- the binary objectives in the model: references and the logit bias -----
+
+LOG_ITEMS = np.log(V_ITEMS - 2)
+
+
+@pytest.mark.parametrize("name", ["nce", "sampled_logistic", "negative_sampling"])
+@pytest.mark.parametrize("output_table", [False, True])
+def test_sampled_binary_objectives_match_tf_nce_loss(vocabs, batch, name, output_table):
+    """tf.nn.nce_loss with the item biases plus the logit bias, ``-log #items`` (NCE, sampled logistic) or ``-log
+    S`` (NEG, whose expected counts are then fed as 1: no correction)."""
+    items, users = vocabs
+    config = small_config(name=name, num_negatives=5, output_table=output_table)
+    config.temperature = 1.0  # tf.nn.nce_loss has no temperature
+    model = build_model(config, items, users)
+    labels = tf.constant(batch["label"])
+    drawn = model.objective.sampler.sample(labels)
+    model.objective.sampler.sample = lambda _: drawn
+    if output_table:
+        model.output_table(labels)
+        model.output_table.bias_table.embeddings.assign(tf.random.stateless_normal([V_ITEMS, 1], [3, 4]))
+    loss, query = per_example(model, batch)
+    if output_table:
+        weights, biases = model.output_table(tf.range(V_ITEMS))
+    else:
+        weights, biases = model.item_tower(tf.range(V_ITEMS)), tf.zeros([V_ITEMS])
+    sampled, sampled_log_q, true_log_q = drawn
+    if name == "negative_sampling":
+        biases, sampled_log_q, true_log_q = biases - np.log(5.0), tf.zeros_like(sampled_log_q), tf.zeros_like(true_log_q)
+    else:
+        biases -= LOG_ITEMS
+    reference = tf.nn.nce_loss(
+        weights, biases, tf.cast(labels[:, None], tf.int64), query, num_sampled=5, num_classes=V_ITEMS,
+        sampled_values=(tf.cast(sampled, tf.int64), tf.exp(true_log_q)[:, None], tf.exp(sampled_log_q)),
+        remove_accidental_hits=name == "sampled_logistic")
+    np.testing.assert_allclose(loss, reference.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, log_q", [("nce", "static"), ("sampled_logistic", "static"),
+                                         ("negative_sampling", "static")])
+def test_in_batch_binary_objectives_use_the_batch_as_noise(vocabs, batch, name, log_q):
+    """Per row: label 1 on its own column, 0 on the others (other ids only, for sampled logistic), corrected by the
+    expected count among the row's B - 1 noise columns (none for NEG, which ignores log_q), logit bias -log #items
+    (-log(B - 1) for NEG)."""
+    items, users = vocabs
+    model = build_model(small_config(name=name, negatives="in_batch", log_q=log_q), items, users)
+    loss, query = per_example(model, batch)
+    labels = batch["label"]
+    columns = model.item_tower(tf.constant(labels)).numpy()
+    logits = query.numpy() @ columns.T / 0.5
+    if name == "negative_sampling":
+        logits -= np.log(B - 1)
+    else:
+        logits -= LOG_ITEMS + np.log((B - 1) * items.counts[labels] / items.counts.sum())[None, :]
+    expected = []
+    for i in range(B):
+        keep = np.arange(B) != i
+        if name == "sampled_logistic":
+            keep &= labels != labels[i]
+        targets = np.r_[1.0, np.zeros(keep.sum())].astype(np.float32)
+        row = np.r_[logits[i, i], logits[i, keep]].astype(np.float32)
+        expected.append(tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(targets, row)).numpy())
+    np.testing.assert_allclose(loss, np.array(expected), rtol=1e-4, atol=1e-5)
+
+
+def test_full_logistic_is_sigmoid_cross_entropy_over_the_catalogue(vocabs, batch):
+    model = build_model(small_config(name="full_logistic"), *vocabs)
+    model.objective.logit_bias.bias.assign(0.4)  # the learned part of the logit bias
+    loss, query = per_example(model, batch)
+    logits = query.numpy() @ model.item_tower(tf.range(2, V_ITEMS)).numpy().T / 0.5 + 0.4 - LOG_ITEMS
+    targets = tf.one_hot(batch["label"] - 2, V_ITEMS - 2)
+    reference = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(targets, logits.astype(np.float32)), 1)
+    np.testing.assert_allclose(loss, reference.numpy(), rtol=1e-5)
+
+
+def test_logit_bias_is_trained_and_exempt_from_weight_decay(vocabs, batch):
+    model = build_model(small_config(name="nce", num_negatives=4), *vocabs)
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
+    model.fit(tf.data.Dataset.from_tensor_slices(batch).batch(B), epochs=1, verbose=0)
+    bias = model.objective.logit_bias.bias
+    assert any(v is bias for v in model.trainable_variables) and float(bias) != 0.0
+    assert "bias" in bias.name
+
+
+@pytest.mark.parametrize("objective", [dict(name="nce", negatives="in_batch", output_table=True),
+                                       dict(name="full_logistic", output_table=True),
+                                       dict(name="negative_sampling", num_negatives=0),
+                                       dict(name="nce", negatives="random")])
+def test_inconsistent_binary_objective_is_an_input_error(vocabs, objective):
+    with pytest.raises(InputError):
+        build_model(small_config(**objective), *vocabs)

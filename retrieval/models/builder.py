@@ -13,7 +13,7 @@ from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import config as config_lib
 from retrieval.models.layers import Initializers
-from retrieval.models.objectives import FullSoftmax, InBatchSoftmax, OutputTable, SampledSoftmax
+from retrieval.models.objectives import BINARY, FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.sampling.frequency import StreamingFrequencyEstimator
@@ -32,25 +32,34 @@ def _sampler(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> Candi
                             distortion=objective.distortion, seed=config.seed)
 
 
+def _samples_negatives(objective: ml_collections.ConfigDict) -> bool:
+    """Whether the objective's negatives come from a candidate sampler (``sampled_softmax``, or a binary objective
+    with ``negatives="sampled"``), the objectives that may score an ``OutputTable``."""
+    return objective.name == "sampled_softmax" or (objective.name in BINARY and objective.negatives == "sampled")
+
+
 def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.Layer,
                item_vocab: Vocabulary) -> tf.keras.layers.Layer:
     """The objective layer named by ``config.objective.name``, scoring ``candidates`` (item tower or output table)."""
     objective = config.objective
-    if objective.name == "full_softmax":
-        return FullSoftmax(candidates, item_vocab.size, config.temperature)
-    if objective.name == "sampled_softmax":
+    if objective.name in ("full_softmax", "full_logistic"):
+        return FullCatalogue(candidates, item_vocab.size, config.temperature, loss=objective.name)
+    if _samples_negatives(objective):
         if objective.num_negatives < 1:
-            raise InputError("sampled_softmax needs num_negatives >= 1", field="model.objective.num_negatives")
-        return SampledSoftmax(candidates, _sampler(config, item_vocab), config.temperature)
+            raise InputError(f"{objective.name} with sampled negatives needs num_negatives >= 1",
+                             field="model.objective.num_negatives")
+        return SampledNegatives(candidates, _sampler(config, item_vocab), config.temperature, loss=objective.name)
+    # The batch as the negatives: in-batch softmax, or a binary objective with negatives="in_batch".
     _check_choice(objective.log_q, config_lib.LOG_Q_MODES, "model.objective.log_q")
+    log_q = "none" if objective.name == "negative_sampling" else objective.log_q  # NEG has no correction
     estimator = None
-    if objective.log_q == "streaming":
+    if log_q == "streaming":
         estimator = StreamingFrequencyEstimator(objective.estimator_buckets or item_vocab.size,
                                                 objective.estimator_alpha, objective.estimator_hashes,
                                                 seed=config.seed, name="frequency_estimator")
     sampler = _sampler(config, item_vocab) if objective.num_negatives > 0 else None
-    return InBatchSoftmax(candidates, config.temperature, objective.log_q, counts=item_vocab.counts,
-                          estimator=estimator, sampler=sampler)
+    return InBatchNegatives(candidates, config.temperature, log_q, counts=item_vocab.counts, estimator=estimator,
+                            sampler=sampler, loss=objective.name)
 
 
 def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary, user_vocab: Vocabulary,
@@ -73,9 +82,11 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         raise InputError(f"temperature must be positive, got {c.temperature}", field="model.temperature")
     _check_choice(c.objective.name, config_lib.OBJECTIVES, "model.objective.name")
     _check_choice(c.objective.sampler, config_lib.SAMPLERS, "model.objective.sampler")
-    if c.objective.output_table and c.objective.name != "sampled_softmax":
-        raise InputError("output_table is the YoutubeDNN sampled-softmax layer; use objective 'sampled_softmax'",
-                         field="model.objective.output_table")
+    _check_choice(c.objective.negatives, config_lib.NEGATIVES, "model.objective.negatives")
+    if c.objective.output_table and not _samples_negatives(c.objective):
+        raise InputError("output_table is the YoutubeDNN output layer of an objective with sampled negatives; use "
+                         "'sampled_softmax', or 'nce' / 'negative_sampling' / 'sampled_logistic' with negatives="
+                         "'sampled'", field="model.objective.output_table")
     init = Initializers(c.seed)
     item_tower, output_table = None, None
     if c.objective.output_table:

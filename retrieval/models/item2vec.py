@@ -39,7 +39,7 @@ from retrieval.artifacts import PathLike, RunPaths
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import export_mean_pooling_encoder, write_item_embeddings
-from retrieval.losses import sgns_from_logits
+from retrieval.losses import logistic_from_logits
 from retrieval.models import item2vec_train
 
 VECTORS = ("input", "average")
@@ -119,7 +119,7 @@ class Item2Vec(tf.keras.Model):
         """``sgns`` per pair from vectors: target, context ``[B, d]``, negatives ``[B // g, K, d]`` (row ``r`` serves
         pairs ``r * g .. r * g + g - 1``)."""
         _, _, positive, negative = self._grouped_logits(target, context, negatives)
-        return tf.reshape(sgns_from_logits(positive, negative), [-1])
+        return tf.reshape(logistic_from_logits(positive, negative), [-1])
 
     def pair_gradients(self, target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor,
                        weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -137,7 +137,7 @@ class Item2Vec(tf.keras.Model):
         d_negative = tf.sigmoid(negative) * weights[..., tf.newaxis]  # [G, g, K]
         d_target = d_positive * v + tf.matmul(d_negative, negatives)
         d_negatives = tf.matmul(d_negative, u, transpose_a=True)  # [G, K, d]
-        return (tf.reshape(sgns_from_logits(positive, negative), [-1]), tf.reshape(d_target, [-1, self.dim]),
+        return (tf.reshape(logistic_from_logits(positive, negative), [-1]), tf.reshape(d_target, [-1, self.dim]),
                 tf.reshape(d_positive * u, [-1, self.dim]), d_negatives)
 
     def call(self, inputs: dict) -> tf.Tensor:
