@@ -61,6 +61,9 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     # the lines are sorted by item id). The decision and its evidence are logged and written to the manifest.
     # Splits that need time (leave_last_n, temporal) refuse set data.
     config.data.order = "auto"
+    # Set data only: share of each sampled history the user tower sees in training (the rest dropped at random,
+    # redrawn every epoch): a denoising regulariser like Mult-DAE's dropout; 1.0: the whole sampled history.
+    config.data.history_keep = 1.0
     # Column names in the input files (csv, tsv, parquet). timestamp_column may be empty when there is none.
     config.data.user_column = "user_id"
     config.data.item_column = "item_id"

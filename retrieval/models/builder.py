@@ -13,7 +13,7 @@ from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import config as config_lib
 from retrieval.models.layers import Initializers
-from retrieval.models.objectives import BINARY, FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
+from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.sampling.frequency import StreamingFrequencyEstimator
@@ -33,9 +33,7 @@ def _sampler(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> Candi
 
 
 def _samples_negatives(objective: ml_collections.ConfigDict) -> bool:
-    """Whether the objective's negatives come from a candidate sampler (``sampled_softmax``, or a binary objective
-    with ``negatives="sampled"``), the objectives that may score an ``OutputTable``."""
-    return objective.name == "sampled_softmax" or (objective.name in BINARY and objective.negatives == "sampled")
+    return config_lib.samples_negatives(objective.name, objective.negatives)
 
 
 def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.Layer,

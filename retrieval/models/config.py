@@ -15,6 +15,15 @@ NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "streaming")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
 POOLINGS = ("mean", "attention")
+# Objectives whose negatives may come from a candidate sampler (then selected by objective.negatives == "sampled").
+SAMPLED_BINARY = ("nce", "negative_sampling", "sampled_logistic")
+
+
+def samples_negatives(name: str, negatives: str) -> bool:
+    """Whether objective ``name`` with ``objective.negatives`` draws its negatives from a candidate sampler
+    (``sampled_softmax``, or a binary objective with sampled negatives): those need ``num_negatives >= 1`` and are
+    the ones that may score an output table."""
+    return name == "sampled_softmax" or (name in SAMPLED_BINARY and negatives == "sampled")
 
 
 def default_config() -> ml_collections.ConfigDict:

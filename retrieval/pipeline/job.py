@@ -277,7 +277,7 @@ class TrainingJob:
         """Set examples for set data, else YoutubeDNN next-item examples."""
         c = self.config
         if self._is_set_data():
-            examples = SetExamples.from_pairs(users, items, c.model.max_history)
+            examples = SetExamples.from_pairs(users, items, c.model.max_history, c.data.history_keep)
             logging.info("%d set examples (every training pair; histories redrawn each epoch)", len(examples))
             return examples
         cap = c.data.get("max_examples_per_user", 0) or None

@@ -95,6 +95,7 @@ RULES: dict[str, Rule] = {
     "model.user_tower.hidden_units": integers(1),
     "model.objective.name": one_of(model_config.OBJECTIVES),
     "model.objective.num_negatives": integer(0),
+    "model.objective.negatives": one_of(model_config.NEGATIVES),
     "model.objective.sampler": one_of(model_config.SAMPLERS),
     "model.objective.distortion": number(0),
     "model.objective.log_q": one_of(model_config.LOG_Q_MODES),
@@ -118,6 +119,7 @@ RULES: dict[str, Rule] = {
     "train.early_stopping_patience": integer(0),
     "train.eval_metric_name": text(nonempty=True),
     "train.eval_k": integer(1),
+    "data.history_keep": number(0, 1, low_open=True),
     "train.strategy": one_of(STRATEGIES),
     "train.seed": SEED,
     "train.jit_compile": one_of(JIT_COMPILE),
@@ -209,10 +211,13 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     for key in needed.get(model_type, ()):
         if key not in c:
             yield "model_type", f"{model_type!r} needs config.{key} (start from configs/{model_type}.py)"
-    if c.get("model.objective.name") == "sampled_softmax" and c.get("model.objective.num_negatives", 1) < 1:
-        yield "model.objective.num_negatives", "sampled_softmax needs at least 1 negative"
-    if c.get("model.objective.output_table") and c.get("model.objective.name") != "sampled_softmax":
-        yield "model.objective.output_table", "the output table needs model.objective.name 'sampled_softmax'"
+    sampled = model_config.samples_negatives(c.get("model.objective.name", ""), c.get("model.objective.negatives",
+                                                                                        "sampled"))
+    if sampled and c.get("model.objective.num_negatives", 1) < 1:
+        yield "model.objective.num_negatives", f"{c['model.objective.name']} with sampled negatives needs at least 1"
+    if c.get("model.objective.output_table") and not sampled:
+        yield "model.objective.output_table", ("the output table needs sampled negatives (sampled_softmax, or nce, "
+                                               "negative_sampling, sampled_logistic with negatives 'sampled')")
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:
         yield "item2vec.negative_group", (f"must divide item2vec.batch_size {c['item2vec.batch_size']}, got "
                                           f"{c['item2vec.negative_group']}")
