@@ -11,6 +11,11 @@ Interactions come out with the canonical columns ``user_id`` (str), ``item_id`` 
   the position in the line (0, 1, ...).
 - ``auto``: guessed from the file name (``.csv``, ``.tsv``/``.tab``, ``.parquet``/``.pq``, ``.dat``/``u.data`` (and
   ``u.item``/``u.user`` for feature tables), ``.txt``), logged.
+
+Every reader checks the file's bounds before parsing it (:mod:`retrieval.data.bounds`): a regular file, lines within
+``bounds.MAX_LINE_BYTES``, every row with as many fields as the header; ids are limited to
+``validate.MAX_ID_LENGTH`` characters. Errors name the file, the column and the 0-based data row (for
+``user_items``, the 0-based line).
 """
 
 from __future__ import annotations

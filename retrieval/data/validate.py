@@ -37,6 +37,14 @@ def reading(path: str | os.PathLike) -> Iterator[None]:
         raise InputError(f"cannot read the file ({type(e).__name__}: {e})", path=str(path)) from None
 
 
+def internal_artifact(error: InputError, path: str | os.PathLike, what: str) -> InputError:
+    """``error``, found in a file a run wrote itself (e.g. ``data/train.parquet``), told as such: the user's input
+    passed these checks when the run's prepare stage read it, so the file was damaged or written by other code."""
+    return InputError(f"{what}, an internal artifact of the run (not your input file; its prepare stage wrote it from "
+                      f"validated input), is damaged: {error.message}; rerun the run with --force",
+                      path=str(path), column=error.column, row=error.row)
+
+
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
