@@ -120,6 +120,10 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     # ... and do not fall more than this fraction below the published run on these metrics.
     config.gate.compare = ("recall@20", "ndcg@20")
     config.gate.max_regression = 0.05
+    # ... and beat the most-popular baseline of the same evaluation by this relative margin on the first `compare`
+    # metric (0.05: at least 5% above it), so an untrained or collapsed model is never published whatever the data.
+    # Needs "most_popular" in eval.baselines; -1 turns the check off.
+    config.gate.min_lift_over_popular = 0.05
 
     config.publish = ml_collections.ConfigDict()
     # Finished runs to keep in the model directory (the published one is always kept).

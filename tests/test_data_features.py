@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from retrieval.data import FeatureSpec, Vocabulary, feature_arrays, infer_specs, read_features
+from retrieval.data.features import MAX_VALUES
 from retrieval.errors import InputError
 
 
@@ -77,3 +78,12 @@ def test_read_then_arrays_end_to_end(tmp_path):
     assert arrays["segment"].tolist() == [0, 0, 1, 2]
     assert arrays["age"].tolist() == [0.0, 0.0, 0.0, 0.0]  # one value: std falls back to 1, missing -> 0
     assert arrays["tags"].tolist() == [[0, 0], [0, 0], [2, 1], [1, 0]]  # b=1 (twice), a=2; u1 is index 2
+
+
+def test_one_pathological_row_does_not_size_every_items_array(vocab):
+    huge = "|".join(f"v{i}" for i in range(10_000))
+    table = pd.DataFrame({"item_id": ["b", "a"], "tags": [huge, "v1|v2"]})
+    (spec,) = infer_specs(table, "item_id")
+    assert spec.max_values == MAX_VALUES
+    tags = feature_arrays(table, "item_id", vocab, [spec])["tags"]
+    assert tags.shape == (vocab.size, MAX_VALUES) and (tags[2] > 0).all()

@@ -1,11 +1,12 @@
 """Every user mistake is an InputError naming the file, the column and the first offending (0-based data) row."""
 
 import os
+import threading
 
 import pandas as pd
 import pytest
 
-from retrieval.data import align_to_train, from_files, read_features, read_interactions
+from retrieval.data import align_to_train, bounds, from_files, read_features, read_interactions, validate
 from retrieval.errors import InputError
 
 
@@ -101,9 +102,6 @@ def test_missing_file_and_unreadable_file(tmp_path):
     corrupt = _write(tmp_path, "log.parquet", "this is not parquet")
     e = _error(read_interactions, corrupt)
     assert e.path == str(corrupt) and "cannot read" in str(e)
-    directory = tmp_path / "dir.csv"
-    directory.mkdir()
-    assert "cannot read" in str(_error(read_interactions, directory))
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
@@ -132,3 +130,99 @@ def test_unknown_test_users_and_items_drop_or_fail(tmp_path):
     e = _error(align_to_train, unknown_user, split.train, "fail", name="validation")
     assert (e.path, e.column, e.row) == ("validation", "user_id", 0) and "validation user '9'" in str(e)
     assert "unknown policy" in str(_error(align_to_train, unknown_user, split.train, "ignore"))
+
+
+@pytest.mark.parametrize("name, text, row, got", [
+    ("log.csv", "user_id,item_id,timestamp\n1,a,1\n2,b\n3,c,3\n", 1, "got 2 fields: '2,b'"),
+    ("log.csv", "user_id,item_id,timestamp\n1,a,1\n\n2,b,2\n3,c,3,9\n", 2, "got 4 fields"),  # blank lines skipped
+    ("log.tsv", "user_id\titem_id\n1\ta\n2\tb\tc\n", 1, "got 3 fields"),
+])
+def test_row_with_the_wrong_number_of_fields(tmp_path, name, text, row, got):
+    path = _write(tmp_path, name, text)
+    e = _error(read_interactions, path)
+    assert (e.path, e.row) == (str(path), row) and "as many as the header" in str(e) and got in str(e)
+
+
+def test_quoted_delimiters_are_one_field(tmp_path):
+    path = _write(tmp_path, "log.csv", 'user_id,item_id,timestamp\n1,"a,b",1\n2,"c\nd",2\n')
+    assert read_interactions(path)["item_id"].tolist() == ["a,b", "c\nd"]
+
+
+def test_id_length_is_bounded(tmp_path):
+    longest = "u" * validate.MAX_ID_LENGTH
+    path = _write(tmp_path, "log.csv", f"user_id,item_id\n{longest},a\n1,{longest}x\n")
+    e = _error(read_interactions, path)
+    assert (e.path, e.column, e.row) == (str(path), "item_id", 1)
+    assert f"{validate.MAX_ID_LENGTH + 1} characters" in str(e) and "longer than the limit" in str(e)
+
+
+@pytest.mark.parametrize("name, fmt", [("log.csv", "csv"), ("seq.txt", "user_items"), ("ratings.dat", "movielens")])
+def test_a_line_over_the_size_limit_is_refused_without_reading_it_whole(tmp_path, monkeypatch, name, fmt):
+    monkeypatch.setattr(bounds, "CHUNK_BYTES", 7)  # lines straddle chunks
+    monkeypatch.setattr(bounds, "MAX_LINE_BYTES", 20)
+    header = "user_id,item_id\n" if fmt == "csv" else ""
+    ok = "1,abcdefghijklmnopq\n" if fmt == "csv" else "1::2::3::456789012\n" if fmt == "movielens" else "1 2 3 4 5\n"
+    path = _write(tmp_path, name, header + ok + ok + "9" * 21 + "\n" + ok)
+    e = _error(read_interactions, path, fmt)
+    assert (e.path, e.row) == (str(path), 2) and "longer than 20 bytes" in str(e)
+    _write(tmp_path, name, header + ok + "9" * 1000)  # no newline at all: stops after the limit
+    assert _error(read_interactions, path, fmt).row == 1
+
+
+def test_a_gigantic_line_is_refused_at_the_real_limit(tmp_path):
+    path = tmp_path / "log.csv"
+    with open(path, "w") as f:
+        f.write("user_id,item_id\n1,a\n")
+        f.write("x" * (bounds.MAX_LINE_BYTES + 1))
+    e = _error(read_interactions, path)
+    assert e.row == 1 and f"longer than {bounds.MAX_LINE_BYTES} bytes" in str(e)
+    path.write_text("x" * (bounds.MAX_LINE_BYTES + 1))
+    assert "header line" in str(_error(read_interactions, path))
+
+
+def _fails_fast(call, *args) -> InputError:
+    """``call(*args)`` must raise an InputError within seconds (a reader opening a FIFO would block forever)."""
+    outcome = []
+    thread = threading.Thread(target=lambda: outcome.append(_error(call, *args)), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), f"{call.__name__}{args} blocked"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet", "movielens", "user_items", "auto"])
+def test_special_files_are_refused_up_front(tmp_path, fmt):
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    e = _fails_fast(read_interactions, fifo, fmt)
+    assert e.path == str(fifo) and "a FIFO, not a regular file" in str(e)
+    directory = tmp_path / "dir.csv"
+    directory.mkdir()
+    assert "a directory, not a regular file" in str(_fails_fast(read_interactions, directory, fmt))
+
+
+def test_special_feature_tables_are_refused_up_front(tmp_path):
+    for name in ("items.csv", "movies.dat", "u.user"):
+        os.mkfifo(tmp_path / name)
+        assert "a FIFO" in str(_fails_fast(read_features, tmp_path / name, "item_id"))
+    assert "a special file" in str(_fails_fast(read_interactions, "/dev/zero", "csv"))
+
+
+def test_user_items_errors_name_the_line(tmp_path):
+    path = _write(tmp_path, "seq.txt", "a x y z\n\nb x <pad>\n")
+    e = _error(read_interactions, path)
+    assert (e.path, e.column, e.row) == (str(path), "item_id", 2) and "reserved" in str(e)
+
+
+@pytest.mark.parametrize("name, text, row, message", [
+    ("ratings.dat", "1::2::3::4\n1::2::3\n", 1, "4 fields separated by '::', got 5 fields: '1::2::3'"),
+    ("ratings.dat", "1::2::3::4\n1::2::3::4::5\n", 1, "got 9 fields"),
+    ("ratings.dat", "1::2::3::4\n1::2::3::4\n1:2::3::4:\n", 2, "found a single ':'"),
+    ("u.data", "1\t2\t3\t4\n1\t2\t3\n", 1, "4 fields separated by '\\t', got 3"),
+    ("users.dat", "1::F::1::10::48067\n2::M::56::16\n", 1, "5 fields separated by '::'"),
+])
+def test_movielens_lines_have_the_layout_fields(tmp_path, name, text, row, message):
+    path = _write(tmp_path, name, text)
+    e = _error(read_features if name == "users.dat" else read_interactions, path,
+               *(("user_id",) if name == "users.dat" else ()))
+    assert (e.path, e.row) == (str(path), row) and message in str(e)

@@ -95,9 +95,10 @@ def test_run_publishes_every_artifact(log_path, tmp_path):
     assert artifacts.read_json(ModelDirectory(tmp_path / "two_tower").run_paths("r2").manifest)["status"] == \
         "rejected"
 
-    # Warm start: ids known to the published run keep their trained embeddings at initialisation.
+    # Warm start: ids known to the published run keep their trained embeddings at initialisation. Copied without
+    # training (a fresh user tower), it is no better than most-popular: the lift check is off for this mechanics test.
     warm = make_config(log_path, **{"publish.warm_start": True, "train.epochs": 1, "train.learning_rate": 0.0,
-                                    "gate.max_regression": 1.0})
+                                    "gate.max_regression": 1.0, "gate.min_lift_over_popular": -1.0})
     TrainingJob(warm, str(tmp_path), "r3").run()
     with np.load(paths.root / "id_tables.npz") as old, \
             np.load(tmp_path / "two_tower" / "r3" / "id_tables.npz") as new:
@@ -105,6 +106,14 @@ def test_run_publishes_every_artifact(log_path, tmp_path):
         new_vocab = Vocabulary.load(tmp_path / "two_tower" / "r3" / "vocab" / "items.parquet")
         assert list(new_vocab.ids) == list(old_vocab.ids)  # same data: the vocabulary is stable
         np.testing.assert_allclose(new["item"][2:], old["item"][2:], atol=1e-6)
+
+
+def test_an_untrained_model_is_not_published(log_path, tmp_path):
+    # Learning rate 0: the model keeps its random initialisation; the absolute floor (0.0) alone would publish it.
+    untrained = make_config(log_path, **{"train.learning_rate": 0.0, "train.epochs": 1})
+    with pytest.raises(GateError, match="not 5% above the most-popular baseline"):
+        TrainingJob(untrained, str(tmp_path), "untrained").run()
+    assert not (tmp_path / "two_tower" / "latest").exists()
 
 
 def test_bad_config_is_an_input_error(log_path, tmp_path):

@@ -70,6 +70,34 @@ def test_a_metric_at_its_floor_or_at_the_regression_bound_passes():
     assert at_bound.passed, at_bound.reasons
 
 
+POPULAR = {"recall@20": 0.127, "ndcg@20": 0.06}
+
+
+@pytest.mark.parametrize("model, passed", [(0.017, False), (0.2, True), (0.127 * 1.05, True), (0.1333, False)])
+def test_a_model_must_beat_most_popular_by_the_margin(model, passed):
+    # 0.017 is an untrained model, 0.127 * 1.05 = 0.13335 exactly at the 5% margin.
+    decision = gate.check({"recall@20": model}, {"recall@20": 0.0}, None, ["recall@20", "ndcg@20"], 0.05, 0.05, POPULAR)
+    assert decision.passed == passed, decision.reasons
+    if not passed:
+        assert "not 5% above the most-popular baseline's 0.1270" in decision.reasons[0]
+
+
+def test_lift_check_off_or_without_its_inputs():
+    untrained = {"recall@20": 0.017}
+    assert gate.check(untrained, {}, None, ["recall@20"], 0.05, gate.OFF, POPULAR).passed
+    assert gate.check(untrained, {}, None, ["recall@20"], 0.05).passed  # off unless asked
+    no_baseline = gate.check(untrained, {}, None, ["recall@20"], 0.05, 0.05, {})
+    assert "most-popular baseline (eval.baselines) missing" in no_baseline.reasons[0]
+    no_metric = gate.check(untrained, {}, None, [], 0.05, 0.05, POPULAR)
+    assert "no metric in gate.compare" in no_metric.reasons[0]
+
+
+def test_popular_metrics_come_from_the_full_evaluation():
+    evaluation = {"recall@20": 0.3, "baseline/most_popular/recall@20": 0.127, "baseline/random/recall@20": 0.01,
+                  "baseline/most_popular/cold_start/recall@20": 0.1, "protocol": "text"}
+    assert gate.popular_metrics(evaluation) == {"recall@20": 0.127, "cold_start/recall@20": 0.1}
+
+
 def test_publish_switches_latest_atomically(tmp_path):
     model_dir = ModelDirectory(tmp_path)
     for run_id in ("r1", "r2"):

@@ -133,6 +133,8 @@ def test_rules_describe_what_is_allowed():
     ({"eval.ks": (10, 50), "gate.floors": ""}, "gate.compare", "unknown metric 'recall@20'"),
     ({"eval.bootstrap": 0, "gate.floors": "recall@20_ci_low=0.01"}, "gate.floors", "unknown metric"),
     ({"model_type": "item2vec"}, "model_type", "configs/item2vec.py"),
+    ({"eval.baselines": ("random",)}, "eval.baselines", "min_lift_over_popular needs the 'most_popular' baseline"),
+    ({"gate.compare": ()}, "gate.compare", "min_lift_over_popular compares its first metric"),
 ])
 def test_cross_key_checks(changes, key, message):
     config = shipped("two_tower")
@@ -140,6 +142,11 @@ def test_cross_key_checks(changes, key, message):
         config = with_value(config, changed, value)
     with pytest.raises(InputError, match=rf"config\.{key}\b.*{message}"):
         validation.validate_config(config)
+
+
+def test_lift_check_off_needs_no_most_popular_baseline():
+    config = with_value(shipped("two_tower"), "gate.min_lift_over_popular", -1.0)
+    validation.validate_config(with_value(with_value(config, "eval.baselines", ()), "gate.compare", ()))
 
 
 def test_item2vec_group_must_divide_the_batch():

@@ -5,7 +5,8 @@ Models gather side features by index inside the graph (``tf.gather(table, item_i
 describes vocabulary index ``i``. Rows 0 and 1 (padding, OOV) and ids without a feature row hold "missing":
 
 - ``categorical`` -> int32 [V]; value codes 1..len(vocabulary), 0 = missing or unseen value.
-- ``multi`` (``|``-separated, e.g. genres) -> int32 [V, M]; codes as above, 0-padded, M = ``max_values``.
+- ``multi`` (``|``-separated, e.g. genres) -> int32 [V, M]; codes as above, 0-padded, M = ``max_values`` (at most
+  :data:`MAX_VALUES` unless asked: one pathological row must not size a [V, M] array for every item).
 - ``numeric`` -> float32 [V]; standardized ``(x - mean) / std`` (mean and std over the table), missing -> 0.
 
 A :class:`FeatureSpec` records each feature's kind and vocabulary or statistics, so a model can size its embedding
@@ -19,12 +20,14 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+from absl import logging
 
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 
 KINDS = ("categorical", "multi", "numeric")
 SEPARATOR = "|"
+MAX_VALUES = 64  # default cap of M; genres, tags and categories of real catalogues stay well under it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +73,8 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
 
     The kind is ``kinds[column]`` when given, else ``numeric`` for numeric dtypes, ``multi`` for text containing
     ``|`` and ``categorical`` otherwise. Vocabularies are ordered by decreasing frequency, then value; ``max_values``
-    caps M of multi features (default: the longest row).
+    caps M of multi features (default: the longest row, at most :data:`MAX_VALUES`; longer rows keep their first
+    values, logged).
     """
     kinds = dict(kinds or {})
     specs = []
@@ -96,8 +100,11 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
         counts = values.value_counts()
         order = np.lexsort((counts.index.to_numpy(dtype=str), -counts.to_numpy()))
         longest = int(values.groupby(level=0).size().max()) if len(values) else 1
+        cap = max_values or MAX_VALUES
+        if kind == "multi" and longest > cap:
+            logging.warning("feature %s: rows of up to %d values keep their first %d", name, longest, cap)
         specs.append(FeatureSpec(name, kind, tuple(counts.index.to_numpy(dtype=str)[order].tolist()),
-                                 max_values=min(longest, max_values or longest) if kind == "multi" else 1))
+                                 max_values=min(longest, cap) if kind == "multi" else 1))
     return specs
 
 

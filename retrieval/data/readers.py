@@ -11,6 +11,11 @@ Interactions come out with the canonical columns ``user_id`` (str), ``item_id`` 
   the position in the line (0, 1, ...).
 - ``auto``: guessed from the file name (``.csv``, ``.tsv``/``.tab``, ``.parquet``/``.pq``, ``.dat``/``u.data`` (and
   ``u.item``/``u.user`` for feature tables), ``.txt``), logged.
+
+Every reader checks the file's bounds before parsing it (:mod:`retrieval.data.bounds`): a regular file, lines within
+``bounds.MAX_LINE_BYTES``, every row with as many fields as the header; ids are limited to
+``validate.MAX_ID_LENGTH`` characters. Errors name the file, the column and the 0-based data row (for
+``user_items``, the 0-based line).
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 from absl import logging
 
-from retrieval.data import movielens, validate
+from retrieval.data import bounds, movielens, validate
 from retrieval.errors import InputError
 
 FORMATS = ("csv", "tsv", "parquet", "movielens", "user_items", "auto")
@@ -32,6 +38,7 @@ FEATURE_KINDS = ("categorical", "multi", "numeric")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
              ".dat": "movielens", ".data": "movielens", ".item": "movielens", ".user": "movielens",
              ".txt": "user_items"}
+_SEPARATORS = {"csv": ",", "tsv": "\t"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,44 +82,61 @@ def _resolve(path: str, format: str, allowed: Sequence[str]) -> str:
 
 
 def _columns_of(path: str, format: str) -> list[str]:
+    """Column names of a ``csv``/``tsv``/``parquet`` file, once its bounds are checked (:mod:`bounds`): a regular
+    file and, for text, lines within the size limit and rows with as many fields as the header."""
+    bounds.regular_file(path)
     if format == "parquet":
         return list(pq.read_schema(path).names)
-    return list(pd.read_csv(path, sep="," if format == "csv" else "\t", nrows=0).columns)
+    bounds.line_lengths(path, header_lines=1)
+    names = list(pd.read_csv(path, sep=_SEPARATORS[format], nrows=0).columns)
+    bounds.field_counts(path, _SEPARATORS[format], len(names), header=True)
+    return names
+
+
+def _read_columns(path: str, format: str, wanted: list[str], str_columns: Sequence[str]) -> pd.DataFrame:
+    """The ``wanted`` columns of a checked file (see :func:`_columns_of`), in that order, with a RangeIndex."""
+    if format == "parquet":
+        return pd.read_parquet(path, columns=wanted)
+    frame = pd.read_csv(path, sep=_SEPARATORS[format], usecols=wanted, dtype={c: str for c in str_columns},
+                        keep_default_na=True)
+    return frame[wanted].reset_index(drop=True)
 
 
 def read_table(path: str | os.PathLike, format: str = "auto", columns: Optional[Sequence[str]] = None,
                str_columns: Sequence[str] = ()) -> pd.DataFrame:
     """Reads a ``csv``/``tsv``/``parquet`` table with a header, checking ``columns`` exist (all columns if None).
 
-    ``str_columns`` are read as strings, so ids like ``"007"`` survive. Fails with an ``InputError`` on a missing or
-    unreadable file, a missing column or no data rows.
+    ``str_columns`` are read as strings, so ids like ``"007"`` survive. Fails with an ``InputError`` on a missing,
+    special or unreadable file, an over-long line, a row with the wrong number of fields, a missing column or no data
+    rows.
     """
     path = str(path)
     format = _resolve(path, format, ("csv", "tsv", "parquet", "auto"))
     with validate.reading(path):
         available = _columns_of(path, format)
         validate.require_columns(available, columns or [], path)
-        wanted = list(columns) if columns is not None else available
-        if format == "parquet":
-            frame = pd.read_parquet(path, columns=wanted)
-        else:
-            frame = pd.read_csv(path, sep="," if format == "csv" else "\t", usecols=wanted,
-                                dtype={c: str for c in str_columns}, keep_default_na=True)
-            frame = frame[wanted]
+        frame = _read_columns(path, format, list(columns) if columns is not None else available, str_columns)
     validate.require_rows(frame, path)
-    return frame.reset_index(drop=True)
+    return frame
 
 
 def _read_user_items(path: str) -> pd.DataFrame:
-    with validate.reading(path), open(path, encoding="utf-8") as f:
-        lines = pd.Series(f.read().splitlines())
+    """``user item item ...`` lines -> canonical pairs; rows in errors are 0-based lines of the file."""
+    with validate.reading(path):
+        bounds.text_file(path)
+        with open(path, encoding="utf-8") as f:
+            lines = pd.Series(f.read().split("\n"))
     tokens = lines.str.split()
-    users = tokens.str[0].repeat((tokens.str.len().to_numpy() - 1).clip(0))
-    items = tokens.str[1:].explode().dropna()
-    frame = pd.DataFrame({"user_id": users.to_numpy(), "item_id": items.to_numpy()})
+    pairs = (tokens.str.len().to_numpy() - 1).clip(0)
+    frame = pd.DataFrame({"user_id": tokens.str[0].repeat(pairs).to_numpy(),
+                          "item_id": tokens.str[1:].explode().dropna().to_numpy()})
     validate.require_rows(frame, path)
     frame["timestamp"] = frame.groupby("user_id", sort=False).cumcount().to_numpy()
-    return frame
+    try:
+        return _canonical(frame, ColumnNames(), path)
+    except InputError as e:  # a row of the pair table -> the line it came from
+        line = None if e.row is None else int(np.repeat(np.arange(len(lines)), pairs)[e.row])
+        raise InputError(e.message, path=path, column=e.column, row=line) from None
 
 
 def _canonical(frame: pd.DataFrame, columns: ColumnNames, path: str) -> pd.DataFrame:
@@ -138,13 +162,13 @@ def read_interactions(path: str | os.PathLike, format: str = "auto",
         validate.require_rows(raw, path)
         return _canonical(raw, ColumnNames(weight="rating" if columns.weight == "rating" else None), path)
     if format == "user_items":
-        return _canonical(_read_user_items(path), ColumnNames(), path)
+        return _read_user_items(path)
+    wanted = [columns.user, columns.item] + [c for c in (columns.timestamp, columns.weight) if c is not None]
     with validate.reading(path):
         available = _columns_of(path, format)
-    wanted = [columns.user, columns.item] + [c for c in (columns.timestamp, columns.weight) if c is not None]
-    required = [c for c in wanted if c != columns.timestamp]
-    validate.require_columns(available, required, path)
-    frame = read_table(path, format, [c for c in wanted if c in available], str_columns=(columns.user, columns.item))
+        validate.require_columns(available, [c for c in wanted if c != columns.timestamp], path)
+        frame = _read_columns(path, format, [c for c in wanted if c in available], (columns.user, columns.item))
+    validate.require_rows(frame, path)
     return _canonical(frame, columns, path)
 
 

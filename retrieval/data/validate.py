@@ -17,6 +17,9 @@ import pandas as pd
 from retrieval.errors import InputError
 
 RESERVED_IDS = ("<pad>", "<oov>")
+# Longest id accepted, in characters: real ids (numbers, UUIDs, ASINs, URLs) are far shorter; a longer "id" is a
+# wrong column or a broken file, and every id is held in vocabularies, indexes and serving maps.
+MAX_ID_LENGTH = 256
 
 
 @contextlib.contextmanager
@@ -32,6 +35,14 @@ def reading(path: str | os.PathLike) -> Iterator[None]:
         raise InputError("no data rows (empty input)", path=str(path)) from None
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, ValueError) as e:
         raise InputError(f"cannot read the file ({type(e).__name__}: {e})", path=str(path)) from None
+
+
+def internal_artifact(error: InputError, path: str | os.PathLike, what: str) -> InputError:
+    """``error``, found in a file a run wrote itself (e.g. ``data/train.parquet``), told as such: the user's input
+    passed these checks when the run's prepare stage read it, so the file was damaged or written by other code."""
+    return InputError(f"{what}, an internal artifact of the run (not your input file; its prepare stage wrote it from "
+                      f"validated input), is damaged: {error.message}; rerun the run with --force",
+                      path=str(path), column=error.column, row=error.row)
 
 
 def _first(mask: np.ndarray) -> int:
@@ -57,8 +68,8 @@ def ids(values: pd.Series, path: Optional[str] = None, column: Optional[str] = N
     """Returns ``values`` as non-empty string ids.
 
     Integers and integral floats become their decimal form ("7", not "7.0"), so ids read from CSV, Parquet or a
-    feature table agree. Nulls, empty strings, non-integral numbers, nested values and the reserved ids
-    ``<pad>``/``<oov>`` are rejected.
+    feature table agree. Nulls, empty strings, ids longer than :data:`MAX_ID_LENGTH` characters, non-integral
+    numbers, nested values and the reserved ids ``<pad>``/``<oov>`` are rejected.
     """
     column = column or str(values.name)
     values = values.reset_index(drop=True)
@@ -85,11 +96,17 @@ def ids(values: pd.Series, path: Optional[str] = None, column: Optional[str] = N
                              "a string id", path=path, column=column, row=row)
         values = values.map(lambda v: v.decode() if isinstance(v, bytes) else v)
     out = values.astype(str)
-    bad = (out.str.len() == 0) | out.isin(RESERVED_IDS)
+    lengths = out.str.len().to_numpy()
+    bad = (lengths == 0) | out.isin(RESERVED_IDS).to_numpy()
     if bad.any():
-        row = _first(bad.to_numpy())
+        row = _first(bad)
         raise InputError(f"id {out.iloc[row]!r} is empty or reserved ({', '.join(RESERVED_IDS)})",
                          path=path, column=column, row=row)
+    too_long = lengths > MAX_ID_LENGTH
+    if too_long.any():
+        row = _first(too_long)
+        raise InputError(f"id of {lengths[row]} characters ({out.iloc[row][:40]!r}...) is longer than the limit of "
+                         f"{MAX_ID_LENGTH}; is this the id column?", path=path, column=column, row=row)
     return out
 
 

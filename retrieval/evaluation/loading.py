@@ -20,7 +20,7 @@ import pandas as pd
 from absl import logging
 
 from retrieval import artifacts, export
-from retrieval.data import readers
+from retrieval.data import readers, validate
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
 from retrieval.evaluation import protocols
@@ -36,10 +36,17 @@ def read_json_if_present(path) -> dict:
 
 
 def read_interactions(path, what: str) -> pd.DataFrame:
-    """Reads an interaction table (any format the data layer reads), as an ``InputError`` when missing."""
+    """Reads an interaction table (any format the data layer reads), as an ``InputError`` when missing; a problem
+    in a run's own ``data/*.parquet`` is reported as a damaged artifact of the run, not as a mistake in user data."""
     if not Path(path).exists():
         raise InputError(f"{what} not found", path=str(path))
-    return readers.read_interactions(path)
+    try:
+        return readers.read_interactions(path)
+    except InputError as e:
+        paths = artifacts.RunPaths(Path(path).parent.parent)
+        if Path(path) in (paths.train_data, paths.test_data, paths.validation_data):
+            raise validate.internal_artifact(e, path, f"the run's {what}") from None
+        raise
 
 
 @dataclasses.dataclass

@@ -1,8 +1,12 @@
 """The quality gate: a run is published only if it is good enough and no worse than what is live.
 
-Two checks, both on the evaluation's flat metrics (``"recall@20"``, ...):
+Three checks, all on the evaluation's flat metrics (``"recall@20"``, ...):
 
 * floors: ``metrics[name] >= floor`` for every configured floor;
+* lift over most-popular: on the first compared metric, ``new >= (1 + min_lift) * popular``, where ``popular`` is
+  the most-popular baseline of the same evaluation (same users, same protocol). An untrained or collapsed model
+  scores at or below popularity, while any absolute floor is either too low for one dataset or too high for another;
+  the baseline moves with the data. ``min_lift`` :data:`OFF` (-1) turns the check off; a missing baseline refuses;
 * regression: for each compared metric, ``new >= (1 - max_regression) * published``, where ``published`` is the
   metric of the run that ``latest`` points to (skipped when nothing is published yet).
 """
@@ -10,7 +14,11 @@ Two checks, both on the evaluation's flat metrics (``"recall@20"``, ...):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Dict, List, Mapping, Optional, Sequence
+
+POPULAR = "most_popular"
+OFF = -1.0  # min_lift_over_popular at or below this: no comparison with most-popular
 
 
 @dataclasses.dataclass
@@ -22,9 +30,39 @@ class GateDecision:
         return {"passed": self.passed, "reasons": self.reasons}
 
 
+def popular_metrics(evaluation: Mapping[str, object]) -> Dict[str, float]:
+    """The most-popular baseline's flat metrics in a full evaluation (``baseline/most_popular/recall@20`` ->
+    ``recall@20``); empty when the evaluation did not compute it."""
+    prefix = f"baseline/{POPULAR}/"
+    return {key[len(prefix):]: value for key, value in evaluation.items()
+            if key.startswith(prefix) and isinstance(value, (int, float))}
+
+
+def lift_over_popular(metrics: Mapping[str, float], popular: Mapping[str, float], compare: Sequence[str],
+                      min_lift: float) -> Optional[str]:
+    """Why ``metrics`` do not beat most-popular by ``min_lift`` (relative) on ``compare[0]``; None when they do or
+    the check is off. Exactly at the margin passes (up to float rounding of the decimal settings)."""
+    if min_lift <= OFF:
+        return None
+    if not compare:
+        return "no metric in gate.compare to compare with the most-popular baseline"
+    name = compare[0]
+    value, base = metrics.get(name), popular.get(name)
+    if value is None or base is None:
+        missing = "the model's value" if value is None else "the most-popular baseline (eval.baselines)"
+        return f"{name} cannot be compared with most-popular: {missing} missing from the evaluation"
+    bound = (1.0 + min_lift) * base
+    if value < bound and not math.isclose(value, bound, rel_tol=1e-9):
+        return (f"{name}={value:.4f} is not {min_lift:.0%} above the most-popular baseline's {base:.4f} (bound "
+                f"{bound:.4f}): an untrained or collapsed model is not published")
+    return None
+
+
 def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: Optional[Mapping[str, float]],
-          compare: Sequence[str], max_regression: float) -> GateDecision:
-    """Returns whether ``metrics`` pass the floors and the regression check against ``published``."""
+          compare: Sequence[str], max_regression: float, min_lift_over_popular: float = OFF,
+          popular: Optional[Mapping[str, float]] = None) -> GateDecision:
+    """Returns whether ``metrics`` pass the floors, the lift over ``popular`` (the most-popular baseline's metrics,
+    see :func:`popular_metrics`) and the regression check against ``published``."""
     reasons = []
     for name, floor in floors.items():
         value = metrics.get(name)
@@ -32,6 +70,9 @@ def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: 
             reasons.append(f"{name} missing from the evaluation (gate floor {floor})")
         elif value < floor:
             reasons.append(f"{name}={value:.4f} below floor {floor:.4f}")
+    lift = lift_over_popular(metrics, popular or {}, compare, min_lift_over_popular)
+    if lift is not None:
+        reasons.append(lift)
     if published:
         for name in compare:
             old, new = published.get(name), metrics.get(name)

@@ -349,7 +349,9 @@ class TrainingJob:
         published = None
         if latest is not None and latest.root != self.paths.root and latest.metrics.exists():
             published = artifacts.read_json(latest.metrics)
-        decision = gate.check(metrics, _floors(g.floors), published, tuple(g.compare), g.max_regression)
+        evaluation = artifacts.read_json(self.paths.metrics) if self.paths.metrics.exists() else {}
+        decision = gate.check(metrics, _floors(g.floors), published, tuple(g.compare), g.max_regression,
+                              g.min_lift_over_popular, gate.popular_metrics(evaluation))
         if decision.passed:
             logging.info("gate passed%s", f" against {latest.root.name}" if published else " (nothing published)")
         else:

@@ -4,8 +4,8 @@ Every key of the configuration must have a rule in :data:`RULES` (type, range, c
 a key without one is an error, so a key added to a config file cannot skip validation (``tests/test_validation.py``
 walks every key of every shipped config). Choices reuse the constants of the modules that read the keys. Cross-key
 checks follow (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
-table, objective combinations, Item2Vec's batch / group divisibility, input files that must exist, and gate metrics
-that the evaluation will actually report. Every problem found is reported, one line, through ``InputError``.
+table, objective combinations, Item2Vec's batch / group divisibility, input files that must exist, gate metrics
+that the evaluation will actually report, and the most-popular baseline that the gate's lift check needs. Every problem found is reported, one line, through ``InputError``.
 
 Adding a key: add one line to :data:`RULES`.
 """
@@ -24,7 +24,7 @@ from retrieval.errors import InputError
 from retrieval.evaluation import baselines, evaluator, metrics
 from retrieval.models import config as model_config
 from retrieval.models.item2vec import VECTORS
-from retrieval.pipeline import identity, locations
+from retrieval.pipeline import gate, identity, locations
 from retrieval.pipeline.job import MODEL_TYPES, SPLITS
 from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
 from retrieval.training import JIT_COMPILE, OPTIMIZERS, SCHEDULES
@@ -74,7 +74,7 @@ RULES: dict[str, Rule] = {
     "gate.floors": FLOORS_SPEC,
     "gate.compare": names(),
     "gate.max_regression": number(0, 1),
-    "gate.min_lift": number(),
+    "gate.min_lift_over_popular": number(gate.OFF),
     "publish.keep_last": integer(0),
     "publish.warm_start": flag(),
     # model (retrieval/models/config.py; configs/item2vec.py keeps max_history only)
@@ -188,6 +188,16 @@ def _gate_metrics(c: Mapping[str, Any]) -> Iterator[Problem]:
             yield "gate.compare", f"unknown metric {name!r}: {expected}"
 
 
+def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
+    if c.get("gate.min_lift_over_popular", gate.OFF) <= gate.OFF:
+        return
+    off = "or turn the check off with gate.min_lift_over_popular=-1"
+    if gate.POPULAR not in c.get("eval.baselines", baselines.NAMES):
+        yield "eval.baselines", f"gate.min_lift_over_popular needs the {gate.POPULAR!r} baseline: add it, {off}"
+    if not c.get("gate.compare"):
+        yield "gate.compare", f"gate.min_lift_over_popular compares its first metric with most-popular: name one, {off}"
+
+
 def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
     split = c.get("data.split")
     if split == "files" and not c.get("data.test_path"):
@@ -223,7 +233,8 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
                                           f"{c['item2vec.negative_group']}")
 
 
-CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (_data, _model, _gate_metrics)
+CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (_data, _model, _gate_metrics,
+                                                                               _gate_lift)
 
 
 def config_problems(config: Mapping) -> list[Problem]:

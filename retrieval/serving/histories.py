@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrieval.artifacts import PathLike
+from retrieval.data import validate
 from retrieval.errors import InputError
 from retrieval.index.idmap import IdMap
 
@@ -52,11 +53,11 @@ class UserHistories:
             columns = [c for c in ("user_id", "item_id", "timestamp") if c in schema.names]
             frame = pq.read_table(path, columns=columns).to_pandas()
         except (OSError, pa.ArrowInvalid) as e:
-            raise InputError(f"cannot read training data: {e}", path=str(path)) from None
+            raise validate.internal_artifact(InputError(f"cannot read it ({e})"), path, "the training data") from None
         try:
             return cls.from_frame(frame, id_map)
         except InputError as e:
-            raise InputError(e.message, path=str(path)) from None
+            raise validate.internal_artifact(e, path, "the training data") from None
 
     def __len__(self) -> int:
         return len(self.user_ids)
