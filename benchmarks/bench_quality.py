@@ -64,7 +64,8 @@ MAX_EPOCHS, PATIENCE = 60, 4
 
 def _config(module: str, settings: dict):
     config = __import__(f"configs.{module}", fromlist=["get_config"]).get_config()
-    return override(config, {"eval.ks": (10, 20, 50, 100), "eval.bootstrap": 200, "gate.floors": "", **settings})
+    return override(config, {"eval.ks": (10, 20, 50, 100), "eval.bootstrap": 200, "gate.floors": "",
+                             "gate.min_lift_over_popular": -1.0, **settings})
 
 
 def _run(config, directory: Path, run_id: str) -> tuple[dict, dict, float]:

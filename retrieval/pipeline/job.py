@@ -8,7 +8,7 @@ train       examples, model, ``training.fit`` with checkpoints (resumes from the
 export      user-tower SavedModel and item embeddings (any model type exports the same signature)
 evaluate    full-corpus evaluation with baselines: metrics.json, report.md, recall_at_k.png
 index       FAISS index of the item embeddings with its recall self-check
-gate        floors and regression against the published run (under the publish lock)
+gate        floors, lift over most-popular, regression against the published run (publish lock)
 publish     point ``latest`` at this run, prune old runs (same lock)
 ==========  ===========================================================================================
 
