@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -182,6 +183,29 @@ def test_parameter_server_needs_ps_and_worker_tasks_and_runs_on_the_chief(monkey
             distributed.make_strategy("parameter_server")
     with pytest.raises(InputError):
         parameter_server.serve()  # the chief runs training, not a server
+
+
+def test_server_tasks_start_with_the_module_entry_point():
+    ports = free_ports(3)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"], "ps": [f"127.0.0.1:{ports[2]}"]}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "",
+           "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 0}})}
+    server = subprocess.Popen([sys.executable, "-m", "retrieval.parameter_server"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not listening(ports[2]):
+            assert server.poll() is None and time.monotonic() < deadline, "the ps task did not start its server"
+            time.sleep(0.2)
+        assert server.poll() is None  # serving until killed
+    finally:
+        server.kill()
+        server.wait()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_partitioner_splits_only_large_floating_tables():
