@@ -19,10 +19,13 @@ What changes against the all-reduce strategies:
   read each batch once. Which worker runs which step, and in which order the updates land, is not deterministic.
 * XLA is off (``training.use_jit_compile``): the steps run on remote workers against remote variables.
 * The streaming frequency estimator's state (rank-1 arrays) stays whole on one ``ps`` task (``table_partitioner``
-  splits rank-2 tables only); its per-step read-modify-write is not atomic across workers, so two workers updating
-  the same bucket at once keep one of the two updates (a little noise in the estimate, no error).
+  splits rank-2 tables only). Its step counts worker steps, so it estimates the probability that an item is in one
+  worker's batch, the batch of that worker's in-batch softmax. Its read-modify-write is not atomic across workers:
+  two workers updating the same bucket at once keep one of the two updates (a little noise, no error).
 * Checkpoints save each ``ShardedVariable`` as one tensor, so they restore under any strategy and any number of
-  shards; the export reads the tables through the same lookups and writes the same files as the other strategies.
+  shards. The export writes the same files as the other strategies: item vectors are computed on the chief through
+  the same lookups, and the user tower's tables are copied whole into the SavedModel (``unsharded``), so the chief
+  must hold them in memory once, as serving does.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ patience restarts with the process.
 
 Distribution: build the model inside ``strategy.scope()`` (``distributed.make_strategy(config.strategy)``); ``fit``
 uses the model's strategy. ``batch_size`` is the global batch. Every worker runs ``evaluate_fn`` (so they take the
-same early-stopping decision); only the chief writes checkpoints and TensorBoard logs that are kept.
+same early-stopping decision); only the chief writes checkpoints and TensorBoard logs that are kept. Under
+``parameter_server`` the chief alone runs ``fit`` and the workers step asynchronously, each on its own batch of
+``batch_size`` (``retrieval.parameter_server``).
 """
 
 from __future__ import annotations
