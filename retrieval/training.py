@@ -324,7 +324,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         if step >= total_steps:
             logging.info("training already complete (step %d of %d)", step, total_steps)
             return FitResult(history={}, step=step)
-        def stream() -> tf.data.Dataset:
+
+        def stream() -> tf.data.Dataset:  # under parameter_server, built by every worker
             return _dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
 
         log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
