@@ -5,6 +5,9 @@ size (``tf.nn.compute_average_loss``) and the optimizer sums the replicas' gradi
 single replica on the global batch. In-batch negatives are gathered from every replica (``ReplicaContext.all_gather``,
 whose gradient all-reduces and slices back to each replica's rows), so the global batch serves as negatives and the
 loss does not depend on the number of replicas.
+
+``parameter_server`` (``retrieval.parameter_server``) is the exception: its workers step asynchronously, each on its
+own batch, against tables split across parameter servers; these helpers see one replica there.
 """
 
 from __future__ import annotations
@@ -17,24 +20,30 @@ from typing import Any, Optional
 import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval import parameter_server
 from retrieval.errors import InputError
 
-STRATEGIES = ("default", "mirrored", "multi_worker")
+STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
 
 
-def make_strategy(name: str) -> tf.distribute.Strategy:
-    """``default`` (one device), ``mirrored`` (all local GPUs, else the CPU) or ``multi_worker`` (synchronous
-    all-reduce across the workers described by the ``TF_CONFIG`` environment variable; create it at program start,
-    before any other TensorFlow op)."""
+def make_strategy(name: str, *, ps_shards: int = 0,
+                  ps_min_shard_bytes: int = parameter_server.DEFAULT_MIN_SHARD_BYTES) -> tf.distribute.Strategy:
+    """``default`` (one device), ``mirrored`` (all local GPUs, else the CPU), ``multi_worker`` (synchronous
+    all-reduce across the workers described by the ``TF_CONFIG`` environment variable) or ``parameter_server``
+    (the chief of a ``TF_CONFIG`` cluster with ps tasks; tables split into ``ps_shards`` shards of at least
+    ``ps_min_shard_bytes``, see ``parameter_server.make_strategy``). Create it at program start, before any other
+    TensorFlow op."""
+    if name not in STRATEGIES:
+        raise InputError(f"unknown strategy {name!r}; expected one of {STRATEGIES}", field="strategy")
+    if name in ("multi_worker", "parameter_server") and "TF_CONFIG" not in os.environ:
+        raise InputError(f"strategy {name!r} needs the TF_CONFIG environment variable", field="strategy")
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
         return tf.distribute.MirroredStrategy()
     if name == "multi_worker":
-        if "TF_CONFIG" not in os.environ:
-            raise InputError("strategy 'multi_worker' needs the TF_CONFIG environment variable", field="strategy")
         return tf.distribute.MultiWorkerMirroredStrategy()
-    raise InputError(f"unknown strategy {name!r}; expected one of {STRATEGIES}", field="strategy")
+    return parameter_server.make_strategy(shards=ps_shards, min_shard_bytes=ps_min_shard_bytes)
 
 
 def _replica_context() -> Optional[tf.distribute.ReplicaContext]:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval import parameter_server
 from retrieval.artifacts import PathLike, RunPaths, atomic_path
 from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, Vocabulary
 from retrieval.errors import InputError
@@ -73,11 +74,13 @@ def _save_encoder(module: _UserEncoderModule, path: PathLike) -> None:
 
 
 def export_user_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: Vocabulary, path: PathLike) -> None:
-    """Saves the model's user tower as the ``serving_default`` SavedModel at ``path`` (atomically)."""
+    """Saves the model's user tower as the ``serving_default`` SavedModel at ``path`` (atomically). Tables split
+    across parameter servers are saved whole (``parameter_server.unsharded``)."""
     dimension = int(model.user_vectors(tf.constant([OOV_INDEX]), tf.zeros([1, 1], tf.int32)).shape[-1])
-    module = _UserEncoderModule(item_vocab.ids, user_vocab.ids, model.user_vectors, model.user_tower.variables,
-                                model.max_history, dimension, model.metric)
-    _save_encoder(module, path)
+    with parameter_server.unsharded(model.user_tower) as variables:
+        module = _UserEncoderModule(item_vocab.ids, user_vocab.ids, model.user_vectors, variables, model.max_history,
+                                    dimension, model.metric)
+        _save_encoder(module, path)
 
 
 def export_mean_pooling_encoder(item_ids: Sequence[str], vectors: np.ndarray, path: PathLike, max_history: int,

@@ -10,7 +10,9 @@ patience restarts with the process.
 
 Distribution: build the model inside ``strategy.scope()`` (``distributed.make_strategy(config.strategy)``); ``fit``
 uses the model's strategy. ``batch_size`` is the global batch. Every worker runs ``evaluate_fn`` (so they take the
-same early-stopping decision); only the chief writes checkpoints and TensorBoard logs that are kept.
+same early-stopping decision); only the chief writes checkpoints and TensorBoard logs that are kept. Under
+``parameter_server`` the chief alone runs ``fit`` and the workers step asynchronously, each on its own batch of
+``batch_size`` (``retrieval.parameter_server``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from absl import logging
 from tensorflow.core.framework import summary_pb2
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval import checkpoints, distributed
+from retrieval import checkpoints, distributed, parameter_server
 from retrieval.artifacts import PathLike
 from retrieval.data.examples import to_dataset
 from retrieval.data.set_examples import SetExamples
@@ -74,8 +76,14 @@ def default_train_config() -> ml_collections.ConfigDict:
     # Cut-off of the validation recall the pipeline computes for early stopping (validation data required:
     # data.validation_path with split "files", or data.validation with leave_last_n).
     config.eval_k = 20
-    # Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG).
+    # Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG), or
+    # "parameter_server" (TF_CONFIG with ps tasks: tables too large for a worker, split across the ps tasks).
     config.strategy = "default"
+    # parameter_server: shards per large table (0: one per ps task); a table (or dense kernel) of S bytes gets
+    # min(ps_shards, ceil(S / ps_min_shard_bytes)) shards, so tables up to ps_min_shard_bytes stay whole
+    # (tf.distribute.experimental.partitioners.MinSizePartitioner).
+    config.ps_shards = 0
+    config.ps_min_shard_bytes = 256 << 10
     # Seed of the shuffling (the pipelines set it from the top-level `seed`).
     config.seed = 42
     # XLA-compile the training step: "auto" (on when the objective samples no negatives (in-batch without extra
@@ -98,7 +106,12 @@ class FitResult:
 
 
 class _StepCallback(tf.keras.callbacks.Callback):
-    """Tracks the optimizer step without reading the variable after every batch (one step per batch)."""
+    """Tracks the optimizer step without reading the variable after every batch (one step per batch). Batch logs
+    are passed as they come (tensors; ``RemoteValue``s under parameter-server training, which requires this)."""
+
+    def __init__(self):
+        super().__init__()
+        self._supports_tf_logs = True
 
     def on_train_begin(self, logs=None):
         self.step = int(self.model.optimizer.iterations.numpy())
@@ -138,6 +151,8 @@ class ProgressLogger(_StepCallback):
         if step % self.every_steps and step < self.total_steps:
             return
         now = time.perf_counter()
+        if isinstance(logs, tf.distribute.experimental.coordinator.RemoteValue):
+            logs = logs.fetch()  # parameter-server training: the step's logs, once it has run
         values = {"loss": float((logs or {}).get("loss", float("nan"))),
                   "learning_rate": float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)),
                   "examples_per_second": (step - self._last_step) * self.batch_size / max(now - self._last_time, 1e-9)}
@@ -223,12 +238,19 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> tf.ke
 def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> bool:
     """Resolves ``config.jit_compile`` for ``model`` (see ``default_train_config``). TensorFlow's candidate samplers
     have no XLA kernel, and cross-replica gathers are left to the distribution strategy, so "auto" is off there;
-    "on" with a sampling objective fails at the first step with XLA's error."""
+    "on" with a sampling objective fails at the first step with XLA's error. Parameter-server steps are never
+    compiled (remote variables)."""
     if config.jit_compile not in JIT_COMPILE:
         raise InputError(f"{config.jit_compile!r} is not one of {JIT_COMPILE}", field="train.jit_compile")
+    strategy = model.distribute_strategy
+    if parameter_server.uses_coordinator(strategy):
+        if config.jit_compile == "on":
+            raise InputError("jit_compile 'on' is not supported by strategy 'parameter_server'",
+                             field="train.jit_compile")
+        return False
     if config.jit_compile != "auto":
         return config.jit_compile == "on"
-    return model.xla_compatible and model.distribute_strategy.num_replicas_in_sync == 1
+    return model.xla_compatible and strategy.num_replicas_in_sync == 1
 
 
 Examples = Union[Mapping[str, np.ndarray], SetExamples]
@@ -277,9 +299,12 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
     num_examples = len(examples) if isinstance(examples, SetExamples) else len(examples["label"])
     if num_examples == 0:
         raise InputError("no training examples", field="train")
+    strategy = model.distribute_strategy
+    if validation_examples is not None and parameter_server.uses_coordinator(strategy):
+        raise InputError("validation_examples (val_loss) are not supported by strategy 'parameter_server'; "
+                         "use evaluate_fn", field="train")
     steps_per_epoch = math.ceil(num_examples / config.batch_size)
     total_steps = config.epochs * steps_per_epoch
-    strategy = model.distribute_strategy
     jit_compile = use_jit_compile(config, model)
     logging.info("training step %s", "XLA-compiled" if jit_compile else "not XLA-compiled")
     with strategy.scope():
@@ -299,9 +324,17 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         if step >= total_steps:
             logging.info("training already complete (step %d of %d)", step, total_steps)
             return FitResult(history={}, step=step)
-        dataset = _dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
+
+        def stream() -> tf.data.Dataset:  # under parameter_server, built by every worker
+            return _dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
+
         log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
         callbacks = [StopAtStep(total_steps)]
+        if parameter_server.uses_coordinator(strategy):
+            dataset = parameter_server.per_worker_dataset(stream, strategy)
+            callbacks.insert(0, parameter_server.Synchronize(strategy))
+        else:
+            dataset = stream()
         early = None
         if evaluate_fn is not None:
             callbacks.append(EvaluateCallback(evaluate_fn, config.eval_metric_name, config.eval_every_epochs))

@@ -121,6 +121,8 @@ RULES: dict[str, Rule] = {
     "train.eval_k": integer(1),
     "data.history_keep": number(0, 1, low_open=True),
     "train.strategy": one_of(STRATEGIES),
+    "train.ps_shards": integer(0),
+    "train.ps_min_shard_bytes": integer(1),
     "train.seed": SEED,
     "train.jit_compile": one_of(JIT_COMPILE),
     # item2vec (retrieval/models/item2vec.py, default_item2vec_config)
