@@ -257,7 +257,8 @@ class TrainingJob:
         item_vocab, user_vocab = self._vocabularies()
         users, items, timestamps = self._indexed_train(item_vocab, user_vocab)
         examples = self._examples(users, items, timestamps)
-        strategy = distributed.make_strategy(c.train.strategy)
+        strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
+                                             ps_min_shard_bytes=c.train.ps_min_shard_bytes)
         with strategy.scope():
             model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
                                 self._features("user", user_vocab))

@@ -230,6 +230,8 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     if c.get("model.objective.output_table") and not sampled:
         yield "model.objective.output_table", ("the output table needs sampled negatives (sampled_softmax, or nce, "
                                                "negative_sampling, sampled_logistic with negatives 'sampled')")
+    if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":
+        yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:
         yield "item2vec.negative_group", (f"must divide item2vec.batch_size {c['item2vec.batch_size']}, got "
                                           f"{c['item2vec.negative_group']}")
