@@ -105,7 +105,7 @@ def test_early_stopping_restores_and_checkpoints_the_best_weights(data, tmp_path
     config = train_config(epochs=5, early_stopping_patience=2, optimizer="adagrad")
     result = training.fit(model, examples, config, checkpoint_dir=tmp_path / "ckpt", evaluate_fn=evaluate,
                           validation_examples=examples)
-    assert result.stopped_early and result.best_metric == 0.5 and len(snapshots) == 4
+    assert result.stopped_early and result.best_metric == 0.5 and result.best_epoch == 2 and len(snapshots) == 4
     assert result.history["val_recall"] == [0.3, 0.5, 0.4, 0.2] and "val_loss" in result.history
     for a, b in zip(model.get_weights(), snapshots[1], strict=True):
         np.testing.assert_array_equal(a, b)
