@@ -152,6 +152,7 @@ def _row(dataset: str, name: str, metrics: dict, prefix: str, protocol: str, ext
         low, high = metrics.get(f"{prefix}{metric}_ci_low"), metrics.get(f"{prefix}{metric}_ci_high")
         if low is not None:
             row[f"{metric} 95% CI"] = f"[{low:.4f}, {high:.4f}]"
+    row["users"] = metrics.get("count/eval_users")
     row.update({k: (round(v, 1) if isinstance(v, float) else v) for k, v in (extra or {}).items()})
     row["protocol"] = f"{protocol}; {metrics.get('protocol', '')}; {MEASURES}"
     row["published"] = PUBLISHED.get(dataset, "")
@@ -183,7 +184,7 @@ def run_dataset(dataset: str, tmp: Path, smoke: bool = False) -> list[dict]:
     rows, metrics = [], {}
     for index, (name, module, overrides) in enumerate(variants):
         metrics, extra = _tuned_then_final(module, {"eval.baselines": (), **overrides}, tune,
-                                           {"eval.baselines": BASELINES if index == len(variants) - 1 else ()},
+                                           {**final, "eval.baselines": BASELINES if index == len(variants) - 1 else ()},
                                            tmp / f"runs{index}", smoke)
         rows.append(_row(dataset, name, metrics, "", protocol, extra))
     for baseline in BASELINES:

@@ -10,3 +10,4 @@ def test_bench_quality_smoke():
     for row in rows:
         assert 0.0 <= row["recall@20"] <= 1.0 and 0.0 <= row["ndcg@20"] <= 1.0
         assert "leave-last-one-out" in row["protocol"] and "order: time" in row["protocol"]
+        assert row["users"] == 200  # the smoke data's users: the rows come from the data the benchmark chose
