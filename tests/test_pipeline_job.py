@@ -41,7 +41,8 @@ def tiny_overrides(log_dir: Path) -> dict:
     return {
         "data.train_path": str(log_dir / "interactions.csv"),
         "model.embedding_dim": 16, "model.item_tower.id_embedding_dim": 16, "model.user_tower.hidden_units": (32,),
-        "model.max_history": 10, "model.temperature": 0.1, "train.batch_size": 256, "train.warmup_steps": 5,
+        "model.user_tower.share_item_embeddings": True, "model.max_history": 10, "model.temperature": 0.1,
+        "train.batch_size": 256, "train.warmup_steps": 5,
         "train.learning_rate": 0.01, "train.log_every_steps": 50, "train.epochs": 20,
         "eval.ks": (10, 20), "eval.bootstrap": 0, "eval.baselines": ("most_popular",), "index.recall_k": 20,
         "gate.floors": "recall@20=0.0",
