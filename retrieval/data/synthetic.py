@@ -28,8 +28,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
-from scipy import sparse
 from absl import app, flags, logging
+from scipy import sparse
 
 from retrieval.artifacts import atomic_path
 
