@@ -58,7 +58,8 @@ def open_engine(name: str, address: str = "", workers: int = 2, processes: bool 
             logging.info("data preparation on the Dask cluster at %s", address)
             yield DaskEngine(client)
         return
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes, host="127.0.0.1",
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    network = {"host": "127.0.0.1"} if processes else {}  # threads in this process talk in-process, no sockets
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None,
+                      **network) as cluster, Client(cluster) as client:
         logging.info("data preparation on a local Dask cluster of %d workers (%s)", workers, cluster.scheduler_address)
         yield DaskEngine(client)
