@@ -74,7 +74,7 @@ def test_parquet_row_groups_are_partitioned_as_separate_pieces(log, tmp_path, mo
     monkeypatch.setattr(streaming, "PIECE_ROWS", 500)
     parquet = streaming.prepare(settings(tmp_path / "log.parquet", tmp_path / "p"), Embedded(), "auto")
     csv = streaming.prepare(settings(log, tmp_path / "c"), Embedded(), "auto")
-    assert parquet["streaming"]["pieces"] > 1
+    assert parquet["streaming"]["pieces"] > 1 and {**parquet, "streaming": 0} == {**csv, "streaming": 0}
     for name in ("train_data", "test_data"):
         assert rows(pd.read_parquet(getattr(RunPaths(tmp_path / "p"), name))) == rows(
             pd.read_parquet(getattr(RunPaths(tmp_path / "c"), name)))
