@@ -98,7 +98,8 @@ class Settings:
         return cls(str(d.train_path), fmt, columns, str(run_dir), int(d.num_shards), d.split, int(d.holdout_n),
                    bool(d.validation), float(d.holdout_fraction), d.unknown_policy, int(d.min_item_count),
                    int(config.seed), int(model.max_history) if model else 50,
-                   bool(model and model.user_tower.use_example_age), d.get("max_examples_per_user", 0) or None)
+                   bool(model and model.get("user_tower") and model.user_tower.use_example_age),
+                   d.get("max_examples_per_user", 0) or None)
 
     @property
     def paths(self) -> artifacts.RunPaths:
