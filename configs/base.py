@@ -93,6 +93,20 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.unknown_policy = "keep"
     # Items seen fewer times than this in training are out of vocabulary.
     config.data.min_item_count = 1
+    # Out-of-core prepare (retrieval/data/streaming.py): "on", "off" or "auto" (on for a log of at least
+    # streaming_min_mb). The log is scanned in record batches and partitioned by hash(user) into num_shards shards,
+    # each split and turned into TFRecord example shards alone: peak memory follows the shard, not the log.
+    # Splits leave_last_n and random; csv, tsv, parquet logs.
+    config.data.streaming = "auto"
+    config.data.streaming_min_mb = 512
+    config.data.num_shards = 16
+    # Streamed training: examples' worth of the tf.data shuffle buffer (over blocks of 256 examples).
+    config.data.shuffle_buffer = 65536
+    # Where the streamed prepare's tasks run: "embedded" (this process) or "dask" (the dask.distributed scheduler at
+    # engine_address, e.g. "tcp://10.0.0.5:8786"; empty: a LocalCluster of engine_workers processes on 127.0.0.1).
+    config.data.engine = "embedded"
+    config.data.engine_address = ""
+    config.data.engine_workers = 2
 
     config.eval = ml_collections.ConfigDict()
     # Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking.

@@ -22,6 +22,8 @@ _K = flags.DEFINE_integer("k", 100, "Number of items per user.")
 _OUTPUT = flags.DEFINE_string("output", None, "Parquet file to write (atomically).")
 _USERS = flags.DEFINE_string("users", None, "Optional user list: a csv/tsv/parquet file with a user_id column or a "
                              "text file with one id per line. Default: every user of the training data.")
+_CHUNK_USERS = flags.DEFINE_integer("chunk_users", 65_536, "Users encoded, ranked and written (one Parquet row "
+                                    "group) at a time: memory for results follows this, not the number of users.")
 _INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Allow recommending items the user already has in the "
                                    "training data (excluded by default).")
 
@@ -34,6 +36,8 @@ def main(argv: Sequence[str]) -> None:
             raise InputError(f"--{flag.name} is required", field=flag.name)
     if _K.value < 1:
         raise InputError(f"--k must be at least 1, got {_K.value}", field="k")
+    if _CHUNK_USERS.value < 1:
+        raise InputError(f"--chunk_users must be at least 1, got {_CHUNK_USERS.value}", field="chunk_users")
     locations.check_input(_RUN_DIR.value, "run_dir", kind="dir")
     if _USERS.value:
         locations.check_input(_USERS.value, "users")
@@ -41,9 +45,10 @@ def main(argv: Sequence[str]) -> None:
     from retrieval.evaluation import inference  # TensorFlow loads only now: --help and flag errors stay instant
 
     users = inference.read_user_list(_USERS.value) if _USERS.value else None
-    table = inference.recommend(_RUN_DIR.value, k=_K.value, user_ids=users, exclude_train=not _INCLUDE_TRAIN.value)
-    inference.write_recommendations(table, _OUTPUT.value)
-    print(f"wrote top-{_K.value} items for {table.num_rows} users to {_OUTPUT.value}")
+    tables = inference.recommend_chunks(_RUN_DIR.value, k=_K.value, user_ids=users,
+                                        exclude_train=not _INCLUDE_TRAIN.value, chunk_users=_CHUNK_USERS.value)
+    written = inference.write_recommendations(tables, _OUTPUT.value)
+    print(f"wrote top-{_K.value} items for {written} users to {_OUTPUT.value}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from retrieval import checkpoints, distributed, parameter_server
 from retrieval.artifacts import PathLike
 from retrieval.data.examples import to_dataset
 from retrieval.data.set_examples import SetExamples
+from retrieval.data.shards import ExampleShards
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
 
@@ -253,11 +254,13 @@ def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> 
     return model.xla_compatible and strategy.num_replicas_in_sync == 1
 
 
-Examples = Union[Mapping[str, np.ndarray], SetExamples]
+Examples = Union[Mapping[str, np.ndarray], SetExamples, ExampleShards]
+"""Arrays in memory, or an object with ``__len__``, ``head(n)`` and ``to_dataset(batch_size, shuffle, seed,
+repeat)`` (set examples, streamed example shards)."""
 
 
 def _dataset(examples: Examples, batch_size: int, **kwargs) -> tf.data.Dataset:
-    if isinstance(examples, SetExamples):
+    if not isinstance(examples, Mapping):
         return examples.to_dataset(batch_size, **kwargs)
     return to_dataset(examples, batch_size, **kwargs)
 
@@ -265,7 +268,7 @@ def _dataset(examples: Examples, batch_size: int, **kwargs) -> tf.data.Dataset:
 def build_variables(model: TwoTowerModel, examples: Examples) -> None:
     """Creates every variable of the model (and the optimizer slots once compiled), in the model's strategy scope,
     so that a checkpoint restores at once (not deferred) and weights can be copied in (warm start)."""
-    head = examples.head(2) if isinstance(examples, SetExamples) else examples
+    head = examples if isinstance(examples, Mapping) else examples.head(2)
     sample = {key: tf.constant(value[:2]) for key, value in head.items()}
     with model.distribute_strategy.scope():
         model(sample)
@@ -278,14 +281,14 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
         evaluate_fn: Optional[Callable[[], float]] = None,
         validation_examples: Optional[Mapping[str, np.ndarray]] = None) -> FitResult:
-    """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``) or set examples
-    (``retrieval.data.set_examples.SetExamples``), resuming from the latest checkpoint in ``checkpoint_dir`` if there
-    is one.
+    """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``), set examples
+    (``retrieval.data.set_examples.SetExamples``) or streamed example shards (``retrieval.data.shards``), resuming
+    from the latest checkpoint in ``checkpoint_dir`` if there is one.
 
     Args:
       model: built by ``build_model`` (inside ``strategy.scope()`` when distributed); compiled here.
       examples: equal-length arrays ``user``, ``history``, ``history_length``, ``label``, optional ``example_age``;
-        or ``SetExamples``, whose histories are redrawn every epoch.
+        or ``SetExamples``, whose histories are redrawn every epoch, or ``ExampleShards`` read from TFRecord files.
       config: the ``train`` section (``default_train_config``).
       checkpoint_dir: where checkpoints go (every ``checkpoint_every_steps`` and at the end); None: no checkpoints.
       tensorboard_dir: TensorBoard log directory; None: none.
@@ -296,7 +299,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
     """
-    num_examples = len(examples) if isinstance(examples, SetExamples) else len(examples["label"])
+    num_examples = len(examples["label"]) if isinstance(examples, Mapping) else len(examples)
     if num_examples == 0:
         raise InputError("no training examples", field="train")
     strategy = model.distribute_strategy

@@ -62,3 +62,16 @@ def test_command_line_writes_the_three_files(tmp_path):
     expected = synthetic.generate(num_users=40, num_items=30, seed=3)
     for frame, name in zip(expected, ("interactions.csv", "items.csv", "users.csv"), strict=True):
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / name, dtype=str), frame.astype(str))
+
+
+def test_chunked_writer_streams_users_in_chunks_each_reproducible_alone(tmp_path):
+    total, sample = synthetic.write_chunked(tmp_path, num_users=250, num_items=120, chunk_users=100,
+                                            format="parquet", sample_users=150)
+    log = read_interactions(tmp_path / "interactions.parquet")
+    assert len(log) == total and log["user_id"].nunique() == 250
+    assert not log.duplicated(["user_id", "item_id"]).any()
+    assert pd.read_csv(tmp_path / "users.csv")["user_id"].tolist() == [f"u{u}" for u in range(250)]
+    assert sample["user_id"].nunique() == 150 and len(pd.read_csv(tmp_path / "items.csv")) == 120
+    _, chunks = synthetic.generate_chunks(250, 120, chunk_users=100)
+    last = list(chunks)[2][0]
+    assert log[log["user_id"].isin(last["user_id"])].reset_index(drop=True).equals(last)

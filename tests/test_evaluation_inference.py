@@ -56,3 +56,15 @@ def test_user_list_formats_and_errors(tmp_path):
         inference.read_user_list(tmp_path / "bad.csv")
     with pytest.raises(InputError, match="k must be"):
         inference.recommend(tmp_path, k=0)
+
+
+def test_chunked_recommendations_stream_into_row_groups_with_the_same_rows(run, tmp_path):
+    whole = inference.recommend(run.root, k=7)
+    path = tmp_path / "chunked.parquet"
+    written = inference.write_recommendations(inference.recommend_chunks(run.root, k=7, chunk_users=3), path)
+    assert written == whole.num_rows and pq.ParquetFile(path).num_row_groups == -(-whole.num_rows // 3)
+    chunked = pq.read_table(path)
+    assert chunked.column("user_id").equals(whole.column("user_id"))
+    assert chunked.column("item_ids").to_pylist() == whole.column("item_ids").to_pylist()
+    np.testing.assert_allclose(chunked.column("scores").combine_chunks().flatten().to_numpy(),
+                               whole.column("scores").combine_chunks().flatten().to_numpy(), rtol=1e-5)

@@ -46,7 +46,12 @@ class Vocabulary:
     @classmethod
     def from_ids(cls, ids: Iterable[str], min_count: int = 1) -> Vocabulary:
         """Counts ``ids`` (one entry per interaction) and keeps those seen at least ``min_count`` times."""
-        counts = pd.Series(np.asarray(ids, dtype=object)).value_counts(sort=False)
+        return cls.from_counts(pd.Series(np.asarray(ids, dtype=object)).value_counts(sort=False), min_count)
+
+    @classmethod
+    def from_counts(cls, counts: pd.Series, min_count: int = 1) -> Vocabulary:
+        """The vocabulary of ``counts`` (occurrences indexed by id, ids unique), e.g. summed over the shards of a log
+        that does not fit in memory; the same as :meth:`from_ids` on the ids those counts describe."""
         counts = counts[counts >= min_count]
         order = np.lexsort((counts.index.to_numpy(dtype=object).astype(str), -counts.to_numpy()))
         return cls(np.concatenate([[PAD, OOV], counts.index.to_numpy(dtype=object)[order]]),

@@ -9,7 +9,7 @@ than k only when fewer than k items can be recommended to that user.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,9 @@ from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import loading, protocols, ranking
+
+SCHEMA = pa.schema([("user_id", pa.string()), ("item_ids", pa.list_(pa.string())),
+                    ("scores", pa.list_(pa.float32()))])
 
 
 def read_user_list(path) -> np.ndarray:
@@ -42,9 +45,11 @@ def read_user_list(path) -> np.ndarray:
     return pd.unique(users[users != ""].to_numpy(dtype=object)).astype(str)
 
 
-def recommend(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, exclude_train: bool = True,
-              max_block_bytes: int = 256 << 20) -> pa.Table:
-    """Top-k recommendations of ``user_ids`` (default: every user of the training data) as an Arrow table."""
+def recommend_chunks(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, exclude_train: bool = True,
+                     max_block_bytes: int = 256 << 20, chunk_users: int = 65_536) -> Iterator[pa.Table]:
+    """Top-k recommendations of ``user_ids`` (default: every user of the training data), as one Arrow table per
+    ``chunk_users`` users in order: the user vectors, exclusions and results of one chunk at a time are in memory
+    (the training histories and the item vectors stay loaded throughout)."""
     if k < 1:
         raise InputError(f"k must be at least 1, got {k}", field="k")
     paths = artifacts.RunPaths(run_dir)
@@ -53,16 +58,23 @@ def recommend(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, e
     users = np.unique(train["user_id"].astype(str).to_numpy()) if user_ids is None else np.asarray(user_ids, str)
     data = protocols.prepare(train, train.iloc[:0], model.item_ids)
     rows_in_train = pd.Index(data.user_ids).get_indexer(users)
-    logging.info("recommending %d items to %d users (%d without training history)", k, len(users),
-                 int((rows_in_train < 0).sum()))
-    exclude = None
-    if exclude_train:  # users without training history point at an extra, empty row
-        padded = csr_lib.Csr(np.append(data.train.indptr, data.train.indptr[-1]), data.train.indices)
-        exclude = csr_lib.take(padded, np.where(rows_in_train >= 0, rows_in_train, data.train.n_rows))
-    vectors = model.user_vectors(users, train)
-    idx, scores = ranking.top_k(ranking.dot_scorer(vectors, model.item_vectors), len(users),
-                                len(model.item_vectors), k, exclude, max_block_bytes=max_block_bytes)
-    return _to_table(users, idx, scores, model.item_ids)
+    logging.info("recommending %d items to %d users (%d without training history), %d users at a time", k,
+                 len(users), int((rows_in_train < 0).sum()), chunk_users)
+    # users without training history point at an extra, empty row
+    padded = csr_lib.Csr(np.append(data.train.indptr, data.train.indptr[-1]), data.train.indices)
+    for start in range(0, max(len(users), 1), chunk_users):
+        chunk, rows = users[start:start + chunk_users], rows_in_train[start:start + chunk_users]
+        exclude = csr_lib.take(padded, np.where(rows >= 0, rows, data.train.n_rows)) if exclude_train else None
+        vectors = model.user_vectors(chunk, train)
+        idx, scores = ranking.top_k(ranking.dot_scorer(vectors, model.item_vectors), len(chunk),
+                                    len(model.item_vectors), k, exclude, max_block_bytes=max_block_bytes)
+        yield _to_table(chunk, idx, scores, model.item_ids)
+
+
+def recommend(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, exclude_train: bool = True,
+              max_block_bytes: int = 256 << 20) -> pa.Table:
+    """Top-k recommendations of ``user_ids`` (default: every user of the training data) as one Arrow table."""
+    return pa.concat_tables(list(recommend_chunks(run_dir, k, user_ids, exclude_train, max_block_bytes)))
 
 
 def _to_table(users: np.ndarray, idx: np.ndarray, scores: np.ndarray, item_ids: np.ndarray) -> pa.Table:
@@ -73,10 +85,16 @@ def _to_table(users: np.ndarray, idx: np.ndarray, scores: np.ndarray, item_ids: 
         "user_id": pa.array(users, pa.string()),
         "item_ids": pa.ListArray.from_arrays(offsets, items),
         "scores": pa.ListArray.from_arrays(offsets, pa.array(scores[valid], pa.float32())),
-    })
+    }, schema=SCHEMA)
 
 
-def write_recommendations(table: pa.Table, path) -> None:
-    """Writes the recommendations table to Parquet atomically."""
-    with artifacts.atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+def write_recommendations(tables: pa.Table | Iterable[pa.Table], path) -> int:
+    """Writes a recommendations table, or a stream of them (one Parquet row group each, e.g. from
+    :func:`recommend_chunks`), to one Parquet file atomically; returns the number of users written."""
+    tables = [tables] if isinstance(tables, pa.Table) else tables
+    count = 0
+    with artifacts.atomic_path(path) as tmp, pq.ParquetWriter(tmp, SCHEMA) as writer:
+        for table in tables:
+            writer.write_table(table)
+            count += table.num_rows
+    return count

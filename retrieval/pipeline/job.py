@@ -30,10 +30,11 @@ from absl import logging
 
 import retrieval
 from retrieval import artifacts
+from retrieval.data import engine as engine_lib
 from retrieval.data import examples as examples_lib
 from retrieval.data import features as features_lib
 from retrieval.data import order as order_lib
-from retrieval.data import readers, splits
+from retrieval.data import readers, shards, splits, streaming
 from retrieval.data.set_examples import SetExamples
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
@@ -198,6 +199,8 @@ class TrainingJob:
         return split, decision
 
     def _prepare(self) -> dict:
+        if streaming.enabled(self.config.data):
+            return self._prepare_streaming()
         split, order = self._split()
         item_ids = split.train["item_id"].to_numpy()
         previous = self.model_dir.latest() if self.config.publish.warm_start else None
@@ -218,6 +221,15 @@ class TrainingJob:
                 "validation_interactions": 0 if split.validation is None else len(split.validation),
                 "users": user_vocab.size - 2, "items": item_vocab.size - 2,
                 "dropped": {k: int(v) for k, v in split.dropped.items()}, "order": order.as_dict()}
+
+    def _prepare_streaming(self) -> dict:
+        """The out-of-core prepare (``data.streaming``) on the configured engine (``data.engine``)."""
+        d = self.config.data
+        if self.config.publish.warm_start and self.model_dir.latest() is not None:
+            raise InputError("publish.warm_start is not supported with data.streaming yet", field="data.streaming")
+        settings = streaming.Settings.from_config(self.config, self.paths.root)
+        with engine_lib.open_engine(d.engine, d.engine_address, d.engine_workers) as engine:
+            return streaming.prepare(settings, engine, d.order)
 
     def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
@@ -255,8 +267,11 @@ class TrainingJob:
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
-        users, items, timestamps = self._indexed_train(item_vocab, user_vocab)
-        examples = self._examples(users, items, timestamps)
+        if "streaming" in (self.stages.summary("prepare") or {}) and not self._is_set_data():
+            examples = shards.ExampleShards.load(streaming.examples_dir(self.paths), c.data.shuffle_buffer)
+            logging.info("%d next-item examples streamed from %d shards", len(examples), len(examples.files))
+        else:
+            examples = self._examples(*self._indexed_train(item_vocab, user_vocab))
         strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
                                              ps_min_shard_bytes=c.train.ps_min_shard_bytes)
         with strategy.scope():

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import ml_collections
 
-from retrieval.data import features, readers, splits
+from retrieval.data import engine, features, readers, splits, streaming
 from retrieval.data.order import ORDERS
 from retrieval.distributed import STRATEGIES
 from retrieval.errors import InputError
@@ -62,6 +62,13 @@ RULES: dict[str, Rule] = {
     "data.min_item_count": integer(1),
     "data.max_examples_per_user": integer(0),
     "data.order": one_of(ORDERS),
+    "data.streaming": one_of(streaming.MODES),
+    "data.streaming_min_mb": number(0),
+    "data.num_shards": integer(1),
+    "data.shuffle_buffer": integer(1),
+    "data.engine": one_of(engine.ENGINES),
+    "data.engine_address": text(),
+    "data.engine_workers": integer(1),
     # eval, index, gate, publish (configs/base.py)
     "eval.ks": integers(1, nonempty=True),
     "eval.exclude_train": flag(),
