@@ -1,5 +1,5 @@
-"""Two-tower retrieval, in-batch softmax with streaming log-Q correction (Yi et al. 2019): the recipe for sequences
-and sets alike.
+"""Two-tower retrieval, in-batch softmax with log-Q correction from the training counts (Yi et al. 2019): the recipe
+for sequences and sets alike.
 
 The ID-only model used on benchmark splits: with no feature tables given, the item tower is the item-id embedding
 and the user tower pools the history. Add features with `--config.data.item_features_path=...`
@@ -26,10 +26,11 @@ from configs.base import two_tower_config
 
 def get_config():
     config = two_tower_config("two_tower")
-    # In-batch softmax; negatives are the other positives of the (global) batch, corrected by log p(item in batch)
-    # estimated while streaming.
+    # In-batch softmax; negatives are the other positives of the (global) batch, corrected by log p(item) from the
+    # training counts. "streaming" (Yi et al.'s estimator) follows drifting logs, but needs many steps per item to
+    # settle: on set-splits/lastfm (63 steps per epoch) it lost 0.047 validation recall@20 (0.2527 vs 0.2994).
     config.model.objective.name = "in_batch"
-    config.model.objective.log_q = "streaming"
+    config.model.objective.log_q = "static"
     # Example age needs real timestamps; benchmark splits (user_items) only have positions.
     config.model.user_tower.use_example_age = False
     # Found on the validation file of set-splits/ml-1m (validation recall@20; EASE^R measures 0.2544 there): T 0.1
