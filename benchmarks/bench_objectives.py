@@ -27,7 +27,8 @@ Gradient bias (``study = gradient``): on a Zipf toy (2,000 items, d = 16, 64 que
 the cosine between the draw-averaged negative phase of each sampled objective (16 draws from unigram^1 with
 replacement) and the full-softmax one, as a function of the number of negatives ``S``.
 
-    python -m benchmarks.bench_objectives [--smoke] [--seconds=50]
+    python -m benchmarks.bench_objectives [--smoke] [--seconds=50] [--plot=objectives.png]
+    python -m benchmarks.bench_objectives --from_rows=rows.jsonl --plot=benchmarks/objectives.png  # plot only
 """
 
 from __future__ import annotations
@@ -270,13 +271,52 @@ def run(smoke: bool, seconds: float = SECONDS) -> list[dict]:
     return rows + gradient_rows(GRADIENT_SIZES)
 
 
+def plot(rows: list[dict], path: str) -> None:
+    """The study in one figure: recall@20 against the tail share of the recommendations per objective and dataset
+    (quality bought with exposure), and each sampled objective's gradient cosine with the full softmax against the
+    number of negatives (its bias)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    quality = [r for r in rows if r.get("study") == "quality" and "tail_share@20" in r]
+    gradient = [r for r in rows if r.get("study") == "gradient"]
+    datasets = sorted({r["dataset"] for r in quality})
+    figure, axes = plt.subplots(1, len(datasets) + 1, figsize=(5 * (len(datasets) + 1), 4.2))
+    for axis, dataset in zip(axes, datasets, strict=False):
+        for r in (r for r in quality if r["dataset"] == dataset):
+            axis.scatter(r["tail_share@20"], r["recall@20"], s=25)
+            axis.annotate(r["objective"], (r["tail_share@20"], r["recall@20"]), fontsize=7, xytext=(3, 2),
+                          textcoords="offset points")
+        axis.set(title=dataset, xlabel="tail share of the top 20", ylabel="recall@20")
+    axis = axes[-1]
+    for r in gradient:
+        sizes = sorted(int(k.split("_S")[1]) for k in r if k.startswith("cosine_S"))
+        axis.plot(sizes, [r[f"cosine_S{size}"] for size in sizes], marker="o", label=r["objective"])
+    axis.set(xscale="log", title="gradient vs full softmax", xlabel="negatives S", ylabel="cosine")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny synthetic data, 3 steps per objective")
     parser.add_argument("--seconds", type=float, default=SECONDS, help="training wall time per objective")
+    parser.add_argument("--plot", default="", help="also draw the study into this PNG file")
+    parser.add_argument("--from_rows", default="", help="plot the rows of an earlier run (JSON lines) instead of "
+                                                        "running the study")
     args = parser.parse_args()
-    for row in run(args.smoke, args.seconds):
-        print(json.dumps(row))
+    if args.from_rows:
+        with open(args.from_rows) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    else:
+        rows = run(args.smoke, args.seconds)
+        for row in rows:
+            print(json.dumps(row))
+    if args.plot:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":
