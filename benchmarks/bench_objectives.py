@@ -207,6 +207,30 @@ def _quality(metrics: dict, prefix: str) -> dict:
     return row
 
 
+def self_normalised(raw_query, table) -> tuple:
+    """``(query, items)`` of a self-normalised model: each query carries ``-log Z`` (over the items from index 2) as
+    one more dimension against a constant 1 on every item, so ``sum_j exp(q_i . e_j) = 1``."""
+    import tensorflow as tf
+
+    items = tf.concat([table, tf.ones([table.shape[0], 1])], axis=1)
+    log_z = tf.reduce_logsumexp(tf.matmul(raw_query, table, transpose_b=True)[:, 2:], axis=1, keepdims=True)
+    return tf.concat([raw_query, -log_z], axis=1), items
+
+
+def negative_phase_gradient(query, items, labels, loss_fn) -> np.ndarray:
+    """Gradient of ``mean(loss + positive score)`` w.r.t. the queries and per-item biases (zero): the negative phase
+    of a loss, whose direction an unbiased estimator of the full softmax shares. ``loss_fn(bias)`` -> ``[B]``."""
+    import tensorflow as tf
+
+    bias = tf.zeros([items.shape[0]])
+    with tf.GradientTape() as tape:
+        tape.watch([query, bias])
+        positive = tf.reduce_sum(query * tf.gather(items, labels), 1) + tf.gather(bias, labels)
+        loss = tf.reduce_mean(loss_fn(bias) + positive)
+    grad_query, grad_bias = tape.gradient(loss, [query, bias])
+    return np.r_[grad_query.numpy().ravel(), tf.convert_to_tensor(grad_bias).numpy()]
+
+
 def gradient_rows(sizes: tuple, draws: int = 16) -> list[dict]:
     """Cosine of each sampled objective's draw-averaged negative phase with the full softmax's, per ``S``."""
     import tensorflow as tf
@@ -222,20 +246,10 @@ def gradient_rows(sizes: tuple, draws: int = 16) -> list[dict]:
     table = tf.constant(rng.normal(scale=0.3, size=(vocab, dim)).astype(np.float32))
     raw_query = tf.constant(rng.normal(size=(batch, dim)).astype(np.float32))
     labels = tf.constant(rng.choice(vocab, size=batch, p=counts / counts.sum()), tf.int64)
-    # Self-normalised model: each query carries -log Z as one more dimension against a constant 1 on every item.
-    items = tf.concat([table, tf.ones([vocab, 1])], axis=1)
-    log_z = tf.reduce_logsumexp(tf.matmul(raw_query, table, transpose_b=True)[:, 2:], axis=1, keepdims=True)
-    query = tf.concat([raw_query, -log_z], axis=1)
+    query, items = self_normalised(raw_query, table)
 
     def negative_phase(loss_fn) -> np.ndarray:
-        """Gradient of mean(loss + positive score) w.r.t. the queries and per-item biases."""
-        bias = tf.zeros([vocab])
-        with tf.GradientTape() as tape:
-            tape.watch([query, bias])
-            positive = tf.reduce_sum(query * tf.gather(items, labels), 1) + tf.gather(bias, labels)
-            loss = tf.reduce_mean(loss_fn(bias) + positive)
-        grad_query, grad_bias = tape.gradient(loss, [query, bias])
-        return np.r_[grad_query.numpy().ravel(), tf.convert_to_tensor(grad_bias).numpy()]
+        return negative_phase_gradient(query, items, labels, loss_fn)
 
     full = negative_phase(lambda bias: losses.full_softmax(tf.concat([query, tf.ones([batch, 1])], 1),
                                                            tf.concat([items, bias[:, None]], 1), labels))

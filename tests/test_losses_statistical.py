@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 from absl import logging
 
+from benchmarks.bench_objectives import negative_phase_gradient, self_normalised
 from retrieval import losses
 from retrieval.sampling import CandidateSampler, mixture_log_q, static_log_q
 
@@ -164,19 +165,11 @@ def binary_cosines(toy):
     score, w.r.t. queries and item biases) with the full-softmax one, on a self-normalised model: each query carries ``c_i = -log sum_j exp(q_i . e_j)`` as one more dimension against a
     constant 1 on every item, so ``s_ij = q_i . e_j + c_i`` and ``sum_j exp s_ij = 1``."""
     tf.random.set_seed(0)
-    items = tf.concat([toy["items"], tf.ones([V, 1])], axis=1)
-    scores = tf.matmul(toy["query"], toy["items"], transpose_b=True)[:, 2:]  # items only: rows 0/1 are reserved
-    query = tf.concat([toy["query"], -tf.reduce_logsumexp(scores, axis=1, keepdims=True)], axis=1)
+    query, items = self_normalised(toy["query"], toy["items"])
     labels = toy["labels"]
 
     def gradient(loss_fn):
-        bias = tf.zeros([V])
-        with tf.GradientTape() as tape:
-            tape.watch([query, bias])
-            positive = tf.reduce_sum(query * tf.gather(items, labels), 1) + tf.gather(bias, labels)
-            loss = tf.reduce_mean(loss_fn(bias) + positive)
-        grad_query, grad_bias = tape.gradient(loss, [query, bias])
-        return np.r_[grad_query.numpy().ravel(), tf.convert_to_tensor(grad_bias).numpy()]
+        return negative_phase_gradient(query, items, labels, loss_fn)
 
     # full_softmax has no bias argument: the bias is one more item dimension against a query value of 1.
     full = gradient(lambda bias: losses.full_softmax(tf.concat([query, tf.ones([BATCH, 1])], 1),
