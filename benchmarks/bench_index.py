@@ -144,6 +144,7 @@ def _build_from_files(directory: Path, tuning_queries: np.ndarray, queries: np.n
     """The ``auto`` index built from the Parquet shards in ``directory`` as a run's index stage builds it (in its own
     process: ``peak_rss_mb`` is this build's alone), then measured like the in-memory rows; saved to ``keep`` if
     given (``ItemIndex.save``)."""
+    logging.set_verbosity(logging.INFO)  # a spawned process: the build's progress (training, adding) is logged
     before = peak_rss_mb()
     source = ParquetVectors(directory)
     start, cpu = time.perf_counter(), time.process_time()

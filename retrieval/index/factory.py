@@ -29,6 +29,7 @@ recall@100 against exact search, single-thread CPU time, so that a busy shared m
 from __future__ import annotations
 
 import re
+import time
 from typing import Iterator
 
 import faiss
@@ -43,6 +44,7 @@ _METRIC_ALIASES = {"dot": "ip", "inner_product": "ip"}
 EXACT_BELOW = 50_000
 TRAIN_POINTS_PER_CENTROID = 40  # FAISS warns below 39 points per k-means centroid
 MIN_TRAINING_SIZE = 10_000
+ADD_LOG_ROWS = 1_000_000  # progress is logged every this many vectors added
 
 
 def canonical_metric(metric: str) -> str:
@@ -155,10 +157,14 @@ def create_index(vectors: VectorSource, ids: np.ndarray, factory: str, metric: s
         sample = np.sort(np.random.default_rng(seed).choice(count, size=size, replace=False))
         _configure_training(inner, seed)
         logging.info("training %s on %d of %d vectors (seed %d)", factory, size, count, seed)
+        started = time.perf_counter()
         inner.train(vectors.take(sample))
+        logging.info("trained in %.1f s", time.perf_counter() - started)
     index = faiss.IndexIDMap2(inner)
-    ids, start = np.ascontiguousarray(ids, dtype=np.int64), 0
+    ids, start, started = np.ascontiguousarray(ids, dtype=np.int64), 0, time.perf_counter()
     for chunk in vectors.chunks():
         index.add_with_ids(chunk, ids[start:start + len(chunk)])
         start += len(chunk)
+        if start // ADD_LOG_ROWS != (start - len(chunk)) // ADD_LOG_ROWS or start == count:
+            logging.info("added %d of %d vectors in %.1f s", start, count, time.perf_counter() - started)
     return index
