@@ -16,7 +16,7 @@ per-request latencies; ratios are against ``library_1_client`` of the same size.
 as the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M items, >= 1000 QPS with 8 HTTP
 clients at 1M items, 0 errors.
 
-    python -m benchmarks.bench_serving [--smoke] [--sizes=1000000,10000000] [--catalogue_dir=DIR]
+    python -m benchmarks.bench_serving [--smoke] [--sizes=1000000,10000000] [--catalogue_dir=DIR] [--max_wait_ms=0]
 """
 
 from __future__ import annotations
@@ -177,9 +177,9 @@ def _serve(model_dir: Path, log: Path, *flags: str) -> tuple[subprocess.Popen, i
 
 
 def _http_rows(model_dir: Path, log: Path, requests: list[dict], warm: list[dict], limit_s: float,
-               unbatched: bool) -> list[dict]:
+               unbatched: bool, max_wait_s: float) -> list[dict]:
     rows = []
-    settings = [("", ())] + ([("_unbatched", ("--batch_max_size=0",))] if unbatched else [])
+    settings = [("", (f"--batch_max_wait_ms={max_wait_s * 1000}",))] + ([("_unbatched", ("--batch_max_size=0",))] if unbatched else [])
     for suffix, flags in settings:
         process, port = _serve(model_dir, log, *flags)
         try:
@@ -193,23 +193,25 @@ def _http_rows(model_dir: Path, log: Path, requests: list[dict], warm: list[dict
     return rows
 
 
-def _in_process(model_dir: Path, num_requests: int, limit_s: float) -> tuple[list[dict], dict, list[dict], list[dict]]:
+def _in_process(model_dir: Path, num_requests: int, limit_s: float,
+                max_wait_s: float) -> tuple[list[dict], dict, list[dict], list[dict]]:
     """(library and batcher rows, facts of the run, requests, warm-up requests); the generator is freed on return,
     so that one copy of a 10M catalogue is in memory at a time (the server loads its own)."""
     generator = CandidateGenerator.from_run(model_dir)
     requests = _requests(generator, num_requests, seed=0)
     warm = _requests(generator, max(10, num_requests // 10), seed=1)
     facts = {"items": len(generator.index), "users": len(generator.histories), "factory": generator.index.factory,
-             "search_params": generator.index.search_params, "k": K}
+             "search_params": generator.index.search_params, "k": K, "batch_max_wait_ms": max_wait_s * 1000}
     _load(_library(generator), warm, 1, limit_s)
     rows = [{"name": "library_1_client", **_load(_library(generator), requests, 1, limit_s)}]
-    batcher = MicroBatcher(lambda: generator)
+    batcher = MicroBatcher(lambda: generator, max_wait_s=max_wait_s)
     rows.append({"name": f"batcher_{CLIENTS}_clients", **_load(_batched(batcher), requests, CLIENTS, limit_s)})
     batcher.close()
     return rows, facts, requests, warm
 
 
-def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unbatched_max: int) -> list[dict]:
+def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unbatched_max: int,
+            max_wait_s: float) -> list[dict]:
     """Every row for a catalogue of ``count`` items (module docstring)."""
     start = time.perf_counter()
     model_dir = root / f"model-{count}"
@@ -217,9 +219,9 @@ def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unb
     point_link(model_dir / "latest", "run")
     prepared_s = round(time.perf_counter() - start, 1)
     num_requests, limit_s = (60, 5.0) if smoke else (3000, 30.0)
-    rows, facts, requests, warm = _in_process(model_dir, num_requests, limit_s)
+    rows, facts, requests, warm = _in_process(model_dir, num_requests, limit_s, max_wait_s)
     gc.collect()
-    rows += _http_rows(model_dir, root / "serve.log", requests, warm, limit_s, count <= unbatched_max)
+    rows += _http_rows(model_dir, root / "serve.log", requests, warm, limit_s, count <= unbatched_max, max_wait_s)
     reference = rows[0]
     for row in rows:
         row.update({**facts, "prepare_s": prepared_s,
@@ -233,12 +235,12 @@ def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unb
 
 
 def run(smoke: bool, sizes: Sequence[int] | None = None, catalogue_dir: Path | None = None,
-        unbatched_max: int = 1_000_000) -> list[dict]:
+        unbatched_max: int = 1_000_000, max_wait_s: float = 0.0) -> list[dict]:
     sizes = sizes or ((20_000,) if smoke else (1_000_000, 10_000_000))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for count in sizes:
-            rows += measure(count, Path(tmp), catalogue_dir, smoke, unbatched_max)
+            rows += measure(count, Path(tmp), catalogue_dir, smoke, unbatched_max, max_wait_s)
     return rows
 
 
@@ -251,6 +253,8 @@ if __name__ == "__main__":
                         help="reuse items-<size>/ and index-<size>/ kept by bench_index --keep_dir")
     parser.add_argument("--unbatched_max", type=int, default=1_000_000,
                         help="largest size also served without micro-batching (a reference)")
+    parser.add_argument("--max_wait_ms", type=float, default=0.0,
+                        help="the micro-batcher's bounded wait, in process and in the server (--batch_max_wait_ms)")
     args = parser.parse_args()
-    for row in run(args.smoke, args.sizes, args.catalogue_dir, args.unbatched_max):
+    for row in run(args.smoke, args.sizes, args.catalogue_dir, args.unbatched_max, args.max_wait_ms / 1000):
         print(json.dumps(row))

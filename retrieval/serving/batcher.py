@@ -9,9 +9,9 @@ ran is not held back further; the default, 0, takes just what is waiting), and a
 once (``current()``, the hot-reload holder's), and every answer carries the generator that produced it.
 
 Waiting for company costs a lone request the whole wait (plus the timer's granularity, about 1 ms) and bought no
-throughput in ``benchmarks/bench_serving.py``'s closed-loop clients, where the requests that arrive while a batch runs
-form the next one (in process, 2M items, k = 100: 8 clients 1,899 QPS without waiting, 1,779 with 1 ms, 1,327 with
-2 ms; one client 1,135 QPS without, 371 with 1 ms). So the default batch is what is waiting when the worker is free,
+throughput for closed-loop clients, where the requests that arrive while a batch runs form the next one (in process,
+2M items, k = 100, ``bench_serving``'s requests and ``--max_wait_ms``: 8 clients 1,899 QPS without waiting, 1,779
+with 1 ms, 1,327 with 2 ms; one client 1,135 QPS without, 371 with 1 ms). So the default batch is what is waiting when the worker is free,
 which grows with the load; a positive ``max_wait_s`` suits bursty open-loop traffic.
 
 Errors stay per request: if a batch call raises, its requests are answered one by one, so only the request that
