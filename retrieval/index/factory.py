@@ -24,6 +24,9 @@ recall@100 against exact search, single-thread CPU time, so that a busy shared m
   33x vs IVF-Flat's 17x; at 60k 6.7x vs 5.9x. 8192 lists, an HNSW coarse quantizer or SQ8 codes were slower at the
   same recall or could not reach it. HNSW also assumes a metric space: with raw inner product (``ip``) its recall
   can stall below the floor, which the self-check then reports.
+  At 10M items (built from Parquet shards, ``bench_index --sizes=10000000``): IVF16384, tuned to nprobe 138 and
+  k_factor_rf 8, recall@100 0.963, 2,765 queries per CPU second (single thread; 1M: 8,618); 3.05 GB of index, as the
+  re-ranking stage keeps the float32 vectors; built in 21 min on 2 shared cores (training 10 min, adding 9 min).
 """
 
 from __future__ import annotations
