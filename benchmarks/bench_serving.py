@@ -1,17 +1,29 @@
-"""Serving latency and throughput over loopback HTTP, against the same requests answered in-process.
+"""Serving latency and throughput at 1M and 10M items, over loopback HTTP and in-process, k = 100.
 
-A synthetic published run (``retrieval.serving.demo_run``; full: 64-d, 5000 users; smoke: 16-d, 200 users) is
-indexed (``auto``) and served by the real command, ``python -m pipelines.serve``, in its own process. Requests mix
-known users (stored history), request histories of 10 items and cold users, k = 100. Rows: one sequential client
-(p50/p99 latency, QPS) and 4 concurrent clients (QPS, p50/p99), each bounded by a request count and a time limit,
-and the library call ``CandidateGenerator.recommend`` in this process as the reference (HTTP overhead = the ratio).
+For each size a published run is written: the item catalogue of ``bench_index`` (the same seeded clustered mixture,
+64-d, cosine, Parquet shards written without holding it whole, or reused from ``bench_index --keep_dir`` through
+``--catalogue_dir``), 5000 training users whose 20-item histories are neighbourhoods of a random item among the
+first 50k, a mean-of-history user tower over those 50k (``demo_run.write_user_tower``: the serving contract) and the
+``auto`` index built by ``build_run_index`` from the shards (or the kept one). Requests are a seeded mix: 1/2 known
+users (stored history), 1/4 request histories of 10 items, 1/4 cold users (popularity fallback).
 
-    python -m benchmarks.bench_serving [--smoke]
+Rows, each bounded by a request count and a time limit: ``library_1_client`` (``CandidateGenerator.recommend`` one
+request at a time, FAISS on one thread, the reference), ``batcher_<n>_clients`` (n threads through the in-process
+``MicroBatcher``), and the real command ``python -m pipelines.serve`` in its own process with ``http_1_client`` and
+``http_<n>_clients`` (keep-alive ``http.client`` connections, one per client thread), plus, up to
+``--unbatched_max`` items, ``http_<n>_clients_unbatched`` (``--batch_max_size=0``: each request alone). p50/p99 are
+per-request latencies; ratios are against ``library_1_client`` of the same size. The clients run on the same machine
+as the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M items, >= 1000 QPS with 8 HTTP
+clients at 1M items, 0 errors.
+
+    python -m benchmarks.bench_serving [--smoke] [--sizes=1000000,10000000] [--catalogue_dir=DIR] [--max_wait_ms=0]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import http.client
 import json
 import socket
 import subprocess
@@ -20,40 +32,65 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Sequence
 
 import faiss
 import httpx
 import numpy as np
+import pandas as pd
 
-from retrieval.artifacts import point_link
+from benchmarks.bench_index import write_catalogue
+from retrieval.artifacts import RunPaths, point_link, write_json
+from retrieval.index.factory import prepare_vectors
+from retrieval.index.source import ParquetVectors
 from retrieval.serving import CandidateGenerator, build_run_index
-from retrieval.serving.demo_run import write_demo_run
+from retrieval.serving.batcher import MicroBatcher, Request
+from retrieval.serving.demo_run import write_user_tower
 
-K, CLIENTS = 100, 4
+K, CLIENTS, DIMENSION, HISTORY, USERS, HEAD = 100, 8, 64, 20, 5000, 50_000
+TARGET_P99_MS, TARGET_QPS = 10.0, 1000.0
+
+
+def write_run(run_dir: Path, count: int, catalogue_dir: Path | None, smoke: bool) -> RunPaths:
+    """A published run of ``count`` items (module docstring); the index is built unless ``catalogue_dir`` has one."""
+    paths = RunPaths(run_dir)
+    run_dir.mkdir(parents=True)
+    kept = catalogue_dir / f"items-{count}" if catalogue_dir else None
+    if kept is not None and kept.is_dir():
+        paths.item_embeddings.symlink_to(kept.absolute(), target_is_directory=True)
+    else:
+        write_catalogue(paths.item_embeddings, count, DIMENSION, seed=0)
+    users = 200 if smoke else USERS
+    head = ParquetVectors(paths.item_embeddings).take(np.arange(min(HEAD, count)))
+    head_ids = np.arange(len(head)).astype(str)
+    rng = np.random.default_rng(0)
+    anchors = rng.choice(len(head), users)
+    unit = prepare_vectors(head, "cosine")
+    _, neighbours = faiss.knn(unit[anchors], unit, HISTORY)  # coherent histories: an item's neighbourhood
+    neighbours = rng.permuted(neighbours, axis=1)
+    paths.train_data.parent.mkdir(parents=True)
+    pd.DataFrame({"user_id": np.repeat([f"u{u}" for u in range(users)], HISTORY),
+                  "item_id": head_ids[neighbours.reshape(-1)],
+                  "timestamp": np.tile(np.arange(HISTORY, dtype=np.int64), users)}).to_parquet(paths.train_data)
+    write_user_tower(paths.user_tower, head_ids, head, HISTORY, "cosine")
+    write_json(paths.manifest, {"model_type": "item2vec", "run_id": run_dir.name, "version": "1", "metric": "cosine",
+                                "max_history": HISTORY, "seed": 0})
+    index = catalogue_dir / f"index-{count}" if catalogue_dir else None
+    if index is not None and index.is_dir():
+        paths.index.symlink_to(index.absolute(), target_is_directory=True)
+    else:
+        build_run_index(paths)
+    return paths
 
 
 def _requests(generator: CandidateGenerator, count: int, seed: int) -> list[dict]:
-    """A seeded mix: 1/2 known users, 1/4 request histories of 10 items, 1/4 cold users."""
+    """A seeded mix: 1/2 known users, 1/4 request histories of 10 items (of the tower's 50k), 1/4 cold users."""
     rng = np.random.default_rng(seed)
-    users, items = generator.histories.user_ids, generator.index.id_map.item_ids
+    users, items = generator.histories.user_ids, generator.index.id_map.item_ids[:HEAD]
     kinds = rng.choice(3, size=count, p=[0.5, 0.25, 0.25])
     return [{"user_id": str(rng.choice(users)), "k": K} if kind == 0 else
             {"history": rng.choice(items, 10).tolist(), "k": K} if kind == 1 else
             {"user_id": f"cold-{i}", "k": K} for i, kind in enumerate(kinds)]
-
-
-def _library_seconds(generator: CandidateGenerator, requests: list[dict]) -> list[float]:
-    """Seconds per ``recommend`` call in this process, FAISS on one thread as the server runs it."""
-    threads, seconds = faiss.omp_get_max_threads(), []
-    faiss.omp_set_num_threads(1)
-    try:
-        for body in requests:
-            start = time.perf_counter()
-            generator.recommend(body.get("user_id"), body.get("history"), K)
-            seconds.append(time.perf_counter() - start)
-    finally:
-        faiss.omp_set_num_threads(threads)
-    return seconds
 
 
 def _percentiles(seconds: list[float]) -> dict:
@@ -61,83 +98,163 @@ def _percentiles(seconds: list[float]) -> dict:
     return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p99_ms": round(float(np.percentile(ms, 99)), 3)}
 
 
-def _client(url: str, requests: list[dict], deadline: float, latencies: list, errors: list) -> None:
-    nodelay = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])  # as RPC clients do
-    with httpx.Client(base_url=url, timeout=30, transport=nodelay) as http:
-        for body in requests:
+def _load(call, requests: list[dict], clients: int, limit_s: float) -> dict:
+    """``clients`` threads share ``requests`` round-robin until done or ``limit_s`` passes; ``call(client, body)``
+    answers one request and says whether it succeeded (``client``: that thread's state, from ``call(None, None)``)."""
+    latencies, errors, deadline = [], [], time.monotonic() + limit_s
+
+    def client(bodies: list[dict]) -> None:
+        state = call(None, None)
+        for body in bodies:
             if time.monotonic() > deadline:
                 return
             start = time.perf_counter()
-            response = http.post("/v1/candidates", json=body)
+            ok = call(state, body)
             latencies.append(time.perf_counter() - start)
-            if response.status_code != 200:
-                errors.append(response.status_code)
+            if not ok:
+                errors.append(body)
 
-
-def _load(url: str, requests: list[dict], clients: int, limit_s: float) -> dict:
-    """``clients`` threads share ``requests`` round-robin until done or ``limit_s`` passes."""
-    latencies, errors, deadline = [], [], time.monotonic() + limit_s
-    threads = [threading.Thread(target=_client, args=(url, requests[i::clients], deadline, latencies, errors))
-               for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(requests[i::clients],)) for i in range(clients)]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
-    return {"requests": len(latencies), "errors": len(errors), "qps": round(len(latencies) / elapsed, 1),
-            **_percentiles(latencies)}
+    return {"clients": clients, "requests": len(latencies), "errors": len(errors),
+            "qps": round(len(latencies) / elapsed, 1), **_percentiles(latencies)}
 
 
-def _serve(model_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def _library(generator: CandidateGenerator):
+    def call(state, body) -> bool:
+        if body is None:
+            faiss.omp_set_num_threads(1)  # per thread, as the server runs its searches
+        else:
+            generator.recommend(body.get("user_id"), body.get("history"), body["k"])
+        return True
+    return call
+
+
+def _batched(batcher: MicroBatcher):
+    def call(state, body) -> bool:
+        if body is not None:
+            batcher.submit(Request(body.get("user_id"), body.get("history"), body["k"])).result()
+        return True
+    return call
+
+
+def _http(port: int):
+    """Keep-alive ``http.client`` connections with TCP_NODELAY (as RPC clients do), one per client thread."""
+    def call(connection, body) -> bool | http.client.HTTPConnection:
+        if body is None:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.connect()
+            connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return connection
+        connection.request("POST", "/v1/candidates", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        payload = response.read()
+        return response.status == 200 and len(json.loads(payload)["items"]) > 0
+    return call
+
+
+def _serve(model_dir: Path, log: Path, *flags: str) -> tuple[subprocess.Popen, int]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", f"--run_dir={model_dir}", f"--port={port}",
-                                "--log_level=warning"], stdout=subprocess.DEVNULL, stderr=log.open("w"))
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+                                "--log_level=warning", "--reload_interval_s=0", *flags],
+                               stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            if httpx.get(url + "/healthz").status_code == 200:
-                return process, url
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return process, port
         except httpx.TransportError:
-            time.sleep(0.2)
+            time.sleep(0.5)
     process.kill()
     raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
 
 
-def run(smoke: bool) -> list[dict]:
-    size = (dict(num_items=2000, num_users=200, dimension=16, clusters=8) if smoke else
-            dict(num_items=50_000, num_users=5000, dimension=64, clusters=50))
-    count, limit_s = (60, 5.0) if smoke else (2000, 30.0)
-    with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(tmp) / "demo"
-        paths = write_demo_run(model_dir / "run", history_length=20, **size)
-        index = build_run_index(paths)
-        point_link(model_dir / "latest", "run")
-        generator = CandidateGenerator.from_run(model_dir)
-        requests = _requests(generator, count, seed=0)
-        library = _library_seconds(generator, requests[: max(10, count // 10)] + requests)
-        library = library[max(10, count // 10):]  # the first ones warmed up
-        common = {"items": len(generator.index), "users": len(generator.histories), "factory": index.factory, "k": K}
-        rows = [{"name": "library", **common, "clients": 1, "requests": len(library),
-                 "qps": round(len(library) / sum(library), 1), **_percentiles(library)}]
-        process, url = _serve(model_dir, Path(tmp) / "serve.log")
+def _http_rows(model_dir: Path, log: Path, requests: list[dict], warm: list[dict], limit_s: float,
+               unbatched: bool, max_wait_s: float) -> list[dict]:
+    rows = []
+    settings = [("", (f"--batch_max_wait_ms={max_wait_s * 1000}",))] + ([("_unbatched", ("--batch_max_size=0",))] if unbatched else [])
+    for suffix, flags in settings:
+        process, port = _serve(model_dir, log, *flags)
         try:
-            _load(url, requests[: max(10, count // 10)], 1, limit_s)  # warm-up
-            for clients in (1, CLIENTS):
-                row = {"name": f"http_{clients}_clients", **common, "clients": clients,
-                       **_load(url, requests, clients, limit_s)}
-                row["p50_vs_library"] = round(row["p50_ms"] / rows[0]["p50_ms"], 2)
-                rows.append(row)
+            _load(_http(port), warm, 1, limit_s)
+            for clients in ((1, CLIENTS) if not suffix else (CLIENTS,)):
+                name = f"http_{clients}_client{'s' if clients > 1 else ''}{suffix}"
+                rows.append({"name": name, **_load(_http(port), requests, clients, limit_s)})
         finally:
             process.terminate()
-            process.wait(timeout=30)
+            process.wait(timeout=60)
+    return rows
+
+
+def _in_process(model_dir: Path, num_requests: int, limit_s: float,
+                max_wait_s: float) -> tuple[list[dict], dict, list[dict], list[dict]]:
+    """(library and batcher rows, facts of the run, requests, warm-up requests); the generator is freed on return,
+    so that one copy of a 10M catalogue is in memory at a time (the server loads its own)."""
+    generator = CandidateGenerator.from_run(model_dir)
+    requests = _requests(generator, num_requests, seed=0)
+    warm = _requests(generator, max(10, num_requests // 10), seed=1)
+    facts = {"items": len(generator.index), "users": len(generator.histories), "factory": generator.index.factory,
+             "search_params": generator.index.search_params, "k": K, "batch_max_wait_ms": max_wait_s * 1000}
+    _load(_library(generator), warm, 1, limit_s)
+    rows = [{"name": "library_1_client", **_load(_library(generator), requests, 1, limit_s)}]
+    batcher = MicroBatcher(lambda: generator, max_wait_s=max_wait_s)
+    rows.append({"name": f"batcher_{CLIENTS}_clients", **_load(_batched(batcher), requests, CLIENTS, limit_s)})
+    batcher.close()
+    return rows, facts, requests, warm
+
+
+def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unbatched_max: int,
+            max_wait_s: float) -> list[dict]:
+    """Every row for a catalogue of ``count`` items (module docstring)."""
+    start = time.perf_counter()
+    model_dir = root / f"model-{count}"
+    write_run(model_dir / "run", count, catalogue_dir, smoke)
+    point_link(model_dir / "latest", "run")
+    prepared_s = round(time.perf_counter() - start, 1)
+    num_requests, limit_s = (60, 5.0) if smoke else (3000, 30.0)
+    rows, facts, requests, warm = _in_process(model_dir, num_requests, limit_s, max_wait_s)
+    gc.collect()
+    rows += _http_rows(model_dir, root / "serve.log", requests, warm, limit_s, count <= unbatched_max, max_wait_s)
+    reference = rows[0]
+    for row in rows:
+        row.update({**facts, "prepare_s": prepared_s,
+                    "p50_vs_library": round(row["p50_ms"] / reference["p50_ms"], 2),
+                    "qps_vs_library": round(row["qps"] / reference["qps"], 2)})
+        if row["name"] == "http_1_client" and count >= 10_000_000:
+            row["meets_target"] = bool(row["p99_ms"] < TARGET_P99_MS and row["errors"] == 0)
+        if row["name"] == f"http_{CLIENTS}_clients" and count == 1_000_000:
+            row["meets_target"] = bool(row["qps"] >= TARGET_QPS and row["errors"] == 0)
+    return rows
+
+
+def run(smoke: bool, sizes: Sequence[int] | None = None, catalogue_dir: Path | None = None,
+        unbatched_max: int = 1_000_000, max_wait_s: float = 0.0) -> list[dict]:
+    sizes = sizes or ((20_000,) if smoke else (1_000_000, 10_000_000))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for count in sizes:
+            rows += measure(count, Path(tmp), catalogue_dir, smoke, unbatched_max, max_wait_s)
     return rows
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny run, a few seconds of requests")
-    for row in run(parser.parse_args().smoke):
+    parser.add_argument("--smoke", action="store_true", help="20k items (Flat), a few seconds of requests")
+    parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=None,
+                        help="catalogue sizes, comma-separated (default 1000000,10000000)")
+    parser.add_argument("--catalogue_dir", type=Path, default=None,
+                        help="reuse items-<size>/ and index-<size>/ kept by bench_index --keep_dir")
+    parser.add_argument("--unbatched_max", type=int, default=1_000_000,
+                        help="largest size also served without micro-batching (a reference)")
+    parser.add_argument("--max_wait_ms", type=float, default=0.0,
+                        help="the micro-batcher's bounded wait, in process and in the server (--batch_max_wait_ms)")
+    args = parser.parse_args()
+    for row in run(args.smoke, args.sizes, args.catalogue_dir, args.unbatched_max, args.max_wait_ms / 1000):
         print(json.dumps(row))

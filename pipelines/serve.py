@@ -3,9 +3,10 @@
     python -m pipelines.serve --run_dir=artifacts/two_tower --port=8000
 
 Endpoints: ``POST /v1/candidates``, ``POST /v1/similar``, ``GET /v1/model``, ``GET /v1/status``, ``GET /healthz``,
-OpenAPI at ``/docs`` and ``/openapi.json``. Binds 127.0.0.1 unless ``--host`` says otherwise. Every run, the first
-included, is served only after it passed the canary (``retrieval.serving.canary``); a first run that fails it exits
-with code 2 and one line saying why.
+OpenAPI at ``/docs`` and ``/openapi.json``. Concurrent ``/v1/candidates`` requests are micro-batched
+(``--batch_max_size``, ``--batch_max_wait_ms``; ``retrieval.serving.batcher``). Binds 127.0.0.1 unless ``--host``
+says otherwise. Every run, the first included, is served only after it passed the canary
+(``retrieval.serving.canary``); a first run that fails it exits with code 2 and one line saying why.
 """
 
 from typing import Sequence
@@ -16,6 +17,7 @@ from absl import flags, logging
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
 from retrieval.errors import InputError
+from retrieval.serving import batcher
 from retrieval.serving.app import Limits, create_app
 from retrieval.serving.canary import Canary
 from retrieval.serving.reload import GeneratorHolder
@@ -33,6 +35,12 @@ flags.DEFINE_integer("max_body_bytes", Limits.max_body_bytes, "Largest request b
 flags.DEFINE_integer("faiss_threads", 1, "OpenMP threads per FAISS search (0: FAISS's default). 1 suits serving: "
                                          "requests bring one query each and run concurrently on the server's threads; "
                                          "more threads per search only add synchronisation.")
+flags.DEFINE_integer("batch_max_size", batcher.DEFAULT_MAX_BATCH,
+                     "Most concurrent /v1/candidates requests answered by one user-tower call and one index search "
+                     "(micro-batching; 0 answers each request alone).")
+flags.DEFINE_float("batch_max_wait_ms", batcher.DEFAULT_MAX_WAIT_S * 1000,
+                   "Longest a request waits for others to join its batch, counted from its arrival (a request that "
+                   "arrived while the previous batch ran is not held back further).")
 flags.DEFINE_float("read_timeout_s", READ_TIMEOUT_S, "Seconds a client has to send a whole request (head and body); "
                                                     "slower or partial requests get 408 and are closed.")
 flags.DEFINE_integer("canary_users", Canary.num_users, "Training users whose queries the canary sends to a new run.")
@@ -52,10 +60,14 @@ def main(argv: Sequence[str]) -> None:
                     max_body_bytes=FLAGS.max_body_bytes)
     logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version, FLAGS.host,
                  FLAGS.port)
+    app = None
     try:
-        app = create_app(holder, limits, FLAGS.faiss_threads or None)
+        app = create_app(holder, limits, FLAGS.faiss_threads or None, FLAGS.batch_max_size,
+                         FLAGS.batch_max_wait_ms / 1000)
         uvicorn.Server(uvicorn_config(app, FLAGS.host, FLAGS.port, FLAGS.log_level, FLAGS.read_timeout_s)).run()
     finally:
+        if app is not None and app.state.batcher is not None:
+            app.state.batcher.close()
         holder.stop()
 
 

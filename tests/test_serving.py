@@ -11,7 +11,7 @@ import pytest
 
 from retrieval.artifacts import RunPaths, point_link
 from retrieval.errors import InputError
-from retrieval.export import read_item_embeddings
+from retrieval.export import read_item_embeddings, write_item_embeddings
 from retrieval.index import ItemIndex, build_index
 from retrieval.serving import CandidateGenerator, UnknownItemError, build_run_index
 from retrieval.serving.canary import Canary, CanaryError
@@ -137,6 +137,20 @@ def test_run_without_index_builds_one_and_a_mismatched_index_is_refused(model_di
         CandidateGenerator.from_run(run)
     with pytest.raises(InputError, match="not a run directory"):
         CandidateGenerator.from_run(tmp_path / "nothing-here")
+
+
+def test_a_run_with_sharded_item_embeddings_is_indexed_and_served_like_one_file(model_dir, generator, tmp_path):
+    run = tmp_path / "sharded"
+    shutil.copytree(model_dir / "run1", run, ignore=shutil.ignore_patterns("index", "item_embeddings.parquet"))
+    item_ids, vectors = read_item_embeddings(model_dir / "run1" / "item_embeddings.parquet")
+    (run / "item_embeddings.parquet").mkdir()  # a directory of shards, read in name order
+    for n, rows in enumerate(np.array_split(np.arange(len(item_ids)), 3)):
+        write_item_embeddings(run / "item_embeddings.parquet" / f"part-{n}.parquet", item_ids[rows], vectors[rows])
+    build_run_index(run)
+    sharded = CandidateGenerator.from_run(run)
+    np.testing.assert_array_equal(sharded.item_vectors, generator.item_vectors)
+    for user in ("u1", "u7"):
+        assert sharded.recommend(user, k=10).item_ids.tolist() == generator.recommend(user, k=10).item_ids.tolist()
 
 
 def test_holder_swaps_to_the_new_latest_and_keeps_serving_through_a_broken_run(model_dir, tmp_path):

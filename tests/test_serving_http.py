@@ -135,6 +135,32 @@ def test_oversized_chunked_body_is_refused_before_parsing(client):
     assert response.status_code == 413
 
 
+def test_concurrent_requests_are_micro_batched_and_each_gets_its_own_answer(model_dir):
+    generator = CandidateGenerator.from_run(model_dir / "r1")
+    users = [f"u{i}" for i in range(40)]
+    bodies = [{"user_id": u, "k": 5 + i % 3} if i % 4 else {"history": [f"i{i}", f"i{i + 1}"], "k": 6}
+              for i, u in enumerate(users)]
+    expected = [generator.recommend(b.get("user_id"), b.get("history"), b["k"]).item_ids.tolist() for b in bodies]
+    app = create_app(GeneratorHolder(model_dir / "r1"), LIMITS, max_batch=16, max_wait_s=0.02)
+    answers: dict[int, list] = {}
+
+    def client(rows: range) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for row in rows:
+                response = http.post("/v1/candidates", json=bodies[row])
+                answers[row] = [item["item_id"] for item in response.json()["items"]]
+
+    with BackgroundServer(app) as server:
+        threads = [threading.Thread(target=client, args=(range(i, len(bodies), 8),)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    app.state.batcher.close()
+    assert [answers[row] for row in range(len(bodies))] == expected
+    assert app.state.batcher.batches < len(bodies)  # requests shared user-tower calls and index searches
+
+
 def test_hot_reload_under_concurrent_requests_has_zero_errors(model_dir, tmp_path):
     root = tmp_path / "model"
     for name in ("r1", "r2", "r3"):

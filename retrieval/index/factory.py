@@ -24,23 +24,30 @@ recall@100 against exact search, single-thread CPU time, so that a busy shared m
   33x vs IVF-Flat's 17x; at 60k 6.7x vs 5.9x. 8192 lists, an HNSW coarse quantizer or SQ8 codes were slower at the
   same recall or could not reach it. HNSW also assumes a metric space: with raw inner product (``ip``) its recall
   can stall below the floor, which the self-check then reports.
+  At 10M items (built from Parquet shards, ``bench_index --sizes=10000000``): IVF16384, tuned to nprobe 138 and
+  k_factor_rf 8, recall@100 0.963, 2,765 queries per CPU second (single thread; 1M: 8,618); 3.05 GB of index, as the
+  re-ranking stage keeps the float32 vectors; built in 21 min on 2 shared cores (training 10 min, adding 9 min).
 """
 
 from __future__ import annotations
 
 import re
+import time
+from typing import Iterator
 
 import faiss
 import numpy as np
 from absl import logging
 
 from retrieval.errors import InputError
+from retrieval.index.source import CHUNK_ROWS, VectorSource
 
 METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "cosine": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
 _METRIC_ALIASES = {"dot": "ip", "inner_product": "ip"}
 EXACT_BELOW = 50_000
 TRAIN_POINTS_PER_CENTROID = 40  # FAISS warns below 39 points per k-means centroid
 MIN_TRAINING_SIZE = 10_000
+ADD_LOG_ROWS = 1_000_000  # progress is logged every this many vectors added
 
 
 def canonical_metric(metric: str) -> str:
@@ -64,6 +71,21 @@ def prepare_vectors(vectors: np.ndarray, metric: str) -> np.ndarray:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = np.ascontiguousarray(vectors / np.maximum(norms, np.finfo(np.float32).tiny))
     return vectors
+
+
+class PreparedVectors(VectorSource):
+    """``source`` with every chunk passed through ``prepare_vectors`` (checked finite; unit rows for ``cosine``)."""
+
+    def __init__(self, source: VectorSource, metric: str):
+        self.source, self.metric = source, metric
+        self.count, self.dimension = source.count, source.dimension
+
+    def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
+        for chunk in self.source.chunks(rows):
+            yield prepare_vectors(chunk, self.metric)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return prepare_vectors(self.source.take(rows), self.metric)
 
 
 def ivf_lists(count: int) -> int:
@@ -119,11 +141,13 @@ def _configure_training(index: faiss.Index, seed: int) -> None:
         ivf.do_polysemous_training = False
 
 
-def create_index(vectors: np.ndarray, ids: np.ndarray, factory: str, metric: str, seed: int = 0,
+def create_index(vectors: VectorSource, ids: np.ndarray, factory: str, metric: str, seed: int = 0,
                  train_size: int | None = None) -> faiss.IndexIDMap2:
-    """Builds ``factory`` over prepared ``vectors`` (see ``prepare_vectors``), trained on a seeded sample of
-    ``train_size`` rows (default ``training_size``), and returns it wrapped in an ``IndexIDMap2`` holding ``ids``."""
-    count, dimension = vectors.shape
+    """Builds ``factory`` over prepared ``vectors`` (``PreparedVectors``) and returns it wrapped in an
+    ``IndexIDMap2`` holding ``ids``. The quantizer is trained on a seeded sample of ``train_size`` rows (default
+    ``training_size``) gathered in one pass; the vectors are then added chunk by chunk, so that memory holds the index
+    and one chunk, never a second copy of the catalogue."""
+    count, dimension = vectors.count, vectors.dimension
     try:
         inner = faiss.index_factory(dimension, factory, METRICS[canonical_metric(metric)])
     except RuntimeError as e:
@@ -136,7 +160,14 @@ def create_index(vectors: np.ndarray, ids: np.ndarray, factory: str, metric: str
         sample = np.sort(np.random.default_rng(seed).choice(count, size=size, replace=False))
         _configure_training(inner, seed)
         logging.info("training %s on %d of %d vectors (seed %d)", factory, size, count, seed)
-        inner.train(vectors[sample])
+        started = time.perf_counter()
+        inner.train(vectors.take(sample))
+        logging.info("trained in %.1f s", time.perf_counter() - started)
     index = faiss.IndexIDMap2(inner)
-    index.add_with_ids(vectors, np.ascontiguousarray(ids, dtype=np.int64))
+    ids, start, started = np.ascontiguousarray(ids, dtype=np.int64), 0, time.perf_counter()
+    for chunk in vectors.chunks():
+        index.add_with_ids(chunk, ids[start:start + len(chunk)])
+        start += len(chunk)
+        if start // ADD_LOG_ROWS != (start - len(chunk)) // ADD_LOG_ROWS or start == count:
+            logging.info("added %d of %d vectors in %.1f s", start, count, time.perf_counter() - started)
     return index

@@ -27,6 +27,7 @@ from retrieval.errors import InputError
 from retrieval.index import factory as factories
 from retrieval.index.idmap import IdMap
 from retrieval.index.selfcheck import IndexQualityError, apply_search_params, self_check
+from retrieval.index.source import VectorSource, as_source
 
 INDEX_FILE, IDS_FILE, MANIFEST_FILE = "index.faiss", "ids.parquet", "manifest.json"
 FORMAT_VERSION = 1
@@ -97,54 +98,62 @@ class ItemIndex:
         return cls(index, IdMap.load(directory / IDS_FILE), manifest)
 
 
-def _check_queries(vectors: np.ndarray, queries: Optional[np.ndarray], metric: str, count: int,
+def _check_queries(vectors: VectorSource, queries: Optional[np.ndarray], metric: str, count: int,
                    seed: int) -> tuple[np.ndarray, str]:
     """A seeded sample of ``count`` self-check queries: rows of ``queries`` (user embeddings) when given, otherwise
-    item vectors (which the index holds, so the check is optimistic for them; prefer real queries)."""
-    source, pool = ("users", factories.prepare_vectors(queries, metric)) if queries is not None else ("items", vectors)
-    if pool.shape[1] != vectors.shape[1]:
-        raise InputError(f"self-check queries have dimension {pool.shape[1]}, the items {vectors.shape[1]}")
-    if not len(pool):
-        raise InputError("no self-check queries")
-    rows = np.random.default_rng(seed).permutation(len(pool))[:count]
-    return np.ascontiguousarray(pool[rows]), source
+    item vectors (gathered in one pass; the index holds them, so the check is optimistic for them; prefer real
+    queries)."""
+    if queries is not None:
+        pool = factories.prepare_vectors(queries, metric)
+        if pool.shape[1] != vectors.dimension:
+            raise InputError(f"self-check queries have dimension {pool.shape[1]}, the items {vectors.dimension}")
+        if not len(pool):
+            raise InputError("no self-check queries")
+        return np.ascontiguousarray(pool[np.random.default_rng(seed).permutation(len(pool))[:count]]), "users"
+    rows = np.random.default_rng(seed).permutation(vectors.count)[:count]
+    order = np.argsort(rows)
+    sample = np.empty([len(rows), vectors.dimension], np.float32)
+    sample[order] = vectors.take(rows[order])
+    return sample, "items"
 
 
-def build_index(vectors: np.ndarray, item_ids: Sequence[str], *, indices: Optional[np.ndarray] = None,
+def build_index(vectors: np.ndarray | VectorSource, item_ids: Sequence[str], *, indices: Optional[np.ndarray] = None,
                 factory: str = "auto", metric: str = "ip", queries: Optional[np.ndarray] = None,
                 recall_floor: float = 0.95, recall_k: int = 100, recall_margin: float = 0.01,
                 num_check_queries: int = 1000, search_params: Optional[dict] = None, seed: int = 0,
                 train_size: Optional[int] = None, model_version: Optional[str] = None) -> ItemIndex:
     """Builds, tunes and self-checks an index of ``vectors`` [N, d] for ``item_ids`` [N].
 
-    ``indices`` are the FAISS ids (default: vocabulary indices 2..N+1, contracts.md). ``factory`` is a FAISS factory
-    string or ``auto`` (``factory.auto_factory``). ``queries`` are user embeddings for the self-check (default: a
-    sample of the item vectors). Unless ``search_params`` are given, nprobe/efSearch are tuned on half of the
-    ``num_check_queries`` to ``recall_floor + recall_margin``; recall@``recall_k`` on the other half must reach
-    ``recall_floor`` or ``IndexQualityError`` is raised.
+    ``vectors``: an array, or a ``VectorSource`` (e.g. ``ParquetVectors`` over the run's item-embedding file(s)),
+    which is read in chunks: training on a sample, adding and the self-check's exact search each take one pass, and
+    memory holds the index plus a chunk. ``indices`` are the FAISS ids (default: vocabulary indices 2..N+1,
+    contracts.md). ``factory`` is a FAISS factory string or ``auto`` (``factory.auto_factory``). ``queries`` are user
+    embeddings for the self-check (default: a sample of the item vectors). Unless ``search_params`` are given,
+    nprobe/efSearch are tuned on half of the ``num_check_queries`` to ``recall_floor + recall_margin``;
+    recall@``recall_k`` on the other half must reach ``recall_floor`` or ``IndexQualityError`` is raised.
     """
     start = time.perf_counter()
     metric = factories.canonical_metric(metric)
-    vectors = factories.prepare_vectors(vectors, metric)
+    vectors = factories.PreparedVectors(as_source(vectors), metric)
     id_map = IdMap(item_ids, indices)
-    if len(id_map) != len(vectors) or not len(vectors):
-        raise InputError(f"need one vector per item and at least one item, got {len(vectors)} vectors and "
+    if len(id_map) != vectors.count or not vectors.count:
+        raise InputError(f"need one vector per item and at least one item, got {vectors.count} vectors and "
                          f"{len(id_map)} ids")
-    resolved = factories.resolve_factory(factory, *vectors.shape)
+    resolved = factories.resolve_factory(factory, vectors.count, vectors.dimension)
     index = factories.create_index(vectors, id_map.indices, resolved, metric, seed, train_size)
     sample, source = _check_queries(vectors, queries, metric, num_check_queries, seed)
     check = self_check(index, vectors, id_map.indices, sample, source, metric, recall_k, recall_floor,
                        recall_margin, search_params)
     manifest = {
-        "format_version": FORMAT_VERSION, "dimension": int(vectors.shape[1]), "metric": metric,
-        "count": len(vectors), "factory": resolved, "requested_factory": factory,
+        "format_version": FORMAT_VERSION, "dimension": vectors.dimension, "metric": metric,
+        "count": vectors.count, "factory": resolved, "requested_factory": factory,
         "search_params": check.search_params, "model_version": model_version, "seed": seed,
         "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "build_seconds": round(time.perf_counter() - start, 3), "self_check": check.to_dict(),
         "faiss_version": faiss.__version__, "files": {"index": INDEX_FILE, "ids": IDS_FILE},
     }
     logging.info("index %s over %d items: recall@%d = %.4f (floor %.3f, %s queries) with %s", resolved,
-                 len(vectors), check.k, check.recall, recall_floor, source, check.search_params)
+                 vectors.count, check.k, check.recall, recall_floor, source, check.search_params)
     if not check.passed:
         raise IndexQualityError(
             f"index {resolved!r} reaches recall@{check.k} = {check.recall:.4f} against exact search on "

@@ -2,8 +2,9 @@
 
 recall@k = |approximate top-k  with exact score >= the k-th exact score| / k, averaged over queries: the
 ann-benchmarks definition (Aumueller et al. 2020), which counts a tie at the k-th place as a hit instead of
-depending on how two exact searches break it. Approximate results are re-scored exactly, so a quantized index
-gets no credit for its own distance errors.
+depending on how two exact searches break it. Approximate results are judged by id against the exact neighbours
+(computed once per query set, a chunk of the catalogue at a time, so that a 10M-item catalogue need not be in
+memory), so a quantized index gets no credit for its own distance errors.
 
 Tuning (``tune``): the knob of the index (``nprobe`` for IVF, ``efSearch`` for HNSW, the knobs FAISS's
 ``ParameterSpace`` lists for it) walks powers of two, like that ParameterSpace's own grid, up to the exhaustive
@@ -27,11 +28,13 @@ import numpy as np
 
 from retrieval.errors import GateError
 from retrieval.index.factory import METRICS
+from retrieval.index.source import VectorSource, as_source
 
 EF_SEARCH_MAX = 8192
 K_FACTOR_MAX = 64
 REFINE_PROBE_WINDOW = 4
 RELATIVE_TIE_TOLERANCE = 1e-4
+TIE_DEPTH = 2
 
 
 class IndexQualityError(GateError):
@@ -69,29 +72,39 @@ class SelfCheck:
         return {**dataclasses.asdict(self), "passed": self.passed}
 
 
+def exact_search(vectors: np.ndarray | VectorSource, ids: np.ndarray, queries: np.ndarray, k: int,
+                 metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` (higher-is-better scores [Q, k], ``ids`` of the rows [Q, k], -1 where fewer exist) of
+    ``queries`` over ``vectors`` (prepared), one chunk at a time (``faiss.knn`` per chunk, merged in a
+    ``faiss.ResultHeap``), so the catalogue need not be in memory."""
+    source, ids = as_source(vectors), np.asarray(ids, dtype=np.int64)
+    heap, start = faiss.ResultHeap(len(queries), k, keep_max=metric != "l2"), 0
+    for chunk in source.chunks():
+        distances, rows = faiss.knn(queries, chunk, min(k, len(chunk)), metric=METRICS[metric])
+        heap.add_result(distances, np.where(rows >= 0, ids[start + np.maximum(rows, 0)], -1))
+        start += len(chunk)
+    heap.finalize()
+    return (-heap.D if metric == "l2" else heap.D), heap.I
+
+
 class RecallProbe:
-    """recall@k of an index for fixed queries; the exact k-th scores are computed once (``faiss.knn``)."""
+    """recall@k of an index for fixed queries. The exact neighbours are computed once (``exact_search``), TIE_DEPTH * k
+    deep: a result is a hit if it is among them with a score within the tie tolerance of the exact k-th (found items
+    beyond that depth score below the k-th unless more than TIE_DEPTH * k items tie with it)."""
 
-    def __init__(self, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int, metric: str):
-        self.vectors, self.queries, self.k, self.metric = vectors, queries, int(k), metric
-        distances, _ = faiss.knn(queries, vectors, self.k, metric=METRICS[metric])
-        self.kth = self._higher_is_better(distances[:, -1])
-        self.row_of = np.full(int(ids.max()) + 2, -1, dtype=np.int64)  # last entry answers FAISS's -1
-        self.row_of[ids] = np.arange(len(ids))
-
-    def _higher_is_better(self, scores: np.ndarray) -> np.ndarray:
-        return -scores if self.metric == "l2" else scores
+    def __init__(self, vectors: np.ndarray | VectorSource, ids: np.ndarray, queries: np.ndarray, k: int, metric: str):
+        self.queries, self.k, self.metric = queries, int(k), metric
+        scores, found = exact_search(vectors, ids, queries, min(TIE_DEPTH * self.k, as_source(vectors).count), metric)
+        self.kth = scores[:, self.k - 1]
+        tolerance = RELATIVE_TIE_TOLERANCE * np.maximum(1.0, np.abs(self.kth))
+        hits = (found >= 0) & (scores >= (self.kth - tolerance)[:, None])
+        self._base = int(max(found.max(initial=0), np.max(ids, initial=0))) + 1
+        self._hits = np.unique((np.arange(len(queries))[:, None] * self._base + found)[hits])
 
     def __call__(self, index: faiss.Index) -> float:
         _, found = index.search(self.queries, self.k)
-        rows = self.row_of[found]
-        candidates = self.vectors[np.maximum(rows, 0)]  # [Q, k, d]
-        if self.metric == "l2":
-            exact = -np.square(candidates - self.queries[:, None, :]).sum(-1)
-        else:
-            exact = np.einsum("qkd,qd->qk", candidates, self.queries)
-        tolerance = RELATIVE_TIE_TOLERANCE * np.maximum(1.0, np.abs(self.kth))
-        hits = (rows >= 0) & (exact >= (self.kth - tolerance)[:, None])
+        keys = np.arange(len(found))[:, None] * self._base + found
+        hits = (found >= 0) & np.isin(keys, self._hits, assume_unique=False)
         return float(hits.sum() / hits.size)
 
 
@@ -206,11 +219,11 @@ def _timed(call: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def self_check(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, query_source: str,
+def self_check(index: faiss.Index, vectors: np.ndarray | VectorSource, ids: np.ndarray, queries: np.ndarray, query_source: str,
                metric: str, k: int, floor: float, margin: float, search_params: dict | None) -> SelfCheck:
     """Tunes ``index`` on the first half of ``queries`` to ``floor + margin`` (unless ``search_params`` are given,
     which are applied as they are) and measures recall@k on the other half. Raises nothing: the caller decides."""
-    k = int(min(k, len(vectors)))
+    k = int(min(k, as_source(vectors).count))
     half = max(1, len(queries) // 2)
     tuning = RecallProbe(vectors, ids, queries[:half], k, metric)
     check = RecallProbe(vectors, ids, queries[half:] if len(queries) > 1 else queries, k, metric)

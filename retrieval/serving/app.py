@@ -9,6 +9,7 @@ too long -> 422 (strict pydantic models: "5" is not an int, 5 is not an id); an 
 name runs and files relative to the model directory, never by absolute path.
 """
 
+import asyncio
 import dataclasses
 from typing import Annotated, Optional
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 import retrieval
 from retrieval.errors import InputError
+from retrieval.serving import batcher as batching
 from retrieval.serving.generator import CandidateGenerator, Candidates, UnknownItemError
 from retrieval.serving.middleware import BodySizeLimit, JsonContentType
 from retrieval.serving.reload import GeneratorHolder
@@ -86,15 +88,22 @@ def _items(result: Candidates) -> list[dict]:
     return [{"item_id": i, "score": s} for i, s in zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)]
 
 
-def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads: Optional[int] = 1) -> FastAPI:
+def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads: Optional[int] = 1,
+               max_batch: int = batching.DEFAULT_MAX_BATCH, max_wait_s: float = batching.DEFAULT_MAX_WAIT_S) -> FastAPI:
     """The FastAPI application serving ``holder.current``. ``faiss_threads``: OpenMP threads per FAISS search (None
-    leaves FAISS's default). 1 suits serving: requests bring one query each and run concurrently on the server's
-    worker threads, and more threads per search only add synchronisation (3x the latency measured on 2 busy cores)."""
+    leaves FAISS's default). 1 suits serving: more threads per search only add synchronisation (3x the latency
+    measured on 2 busy cores). ``/v1/candidates`` requests are micro-batched (``batcher.MicroBatcher``: up to
+    ``max_batch`` waiting requests, waiting at most ``max_wait_s``, answered with one user-tower call and one index
+    search); ``max_batch=0`` answers each request alone on the server's worker threads. The batcher is
+    ``app.state.batcher`` (None without batching); its owner closes it when the server stops."""
     app = FastAPI(title="retrieval candidates", version=retrieval.__version__,
                   description="Candidate generation from a published two-tower or Item2Vec run (FAISS index).")
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(JsonContentType)  # outermost: a 415 needs no body
     candidates_request, similar_request = _request_models(limits)
+    batcher = (batching.MicroBatcher(lambda: holder.current, max_batch, max_wait_s, faiss_threads) if max_batch > 0
+               else None)
+    app.state.batcher = batcher
 
     def current() -> CandidateGenerator:
         """The generator for this request, read once (a reload never changes the run under a request). OpenMP
@@ -136,14 +145,23 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
     def model() -> dict:
         return {**holder.current.info(), "reloads": holder.reloads}
 
-    @app.post("/v1/candidates", response_model=CandidatesResponse)
-    def candidates(body: candidates_request) -> dict:
-        generator = current()
-        result = generator.recommend(body.user_id, body.history, body.k, body.exclude)
+    def answer(generator: CandidateGenerator, result: Candidates) -> dict:
         return {"items": _items(result), "fallback": result.fallback, "history_source": result.history_source,
                 "history_used": result.history_used, "unknown_history": list(result.unknown_history),
                 "unknown_history_count": len(result.unknown_history), "model_version": generator.version,
                 "run_id": generator.run_id}
+
+    if batcher is None:
+        @app.post("/v1/candidates", response_model=CandidatesResponse)
+        def candidates(body: candidates_request) -> dict:
+            generator = current()
+            return answer(generator, generator.recommend(body.user_id, body.history, body.k, body.exclude))
+    else:
+        @app.post("/v1/candidates", response_model=CandidatesResponse)
+        async def candidates(body: candidates_request) -> dict:
+            batched = await asyncio.wrap_future(batcher.submit(batching.Request(body.user_id, body.history, body.k,
+                                                                       body.exclude)))
+            return answer(batched.generator, batched.candidates)
 
     @app.post("/v1/similar", response_model=SimilarResponse)
     def similar(body: similar_request) -> dict:

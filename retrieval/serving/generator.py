@@ -21,8 +21,9 @@ from absl import logging
 from retrieval.artifacts import PathLike, RunPaths, read_json
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
-from retrieval.export import load_user_encoder, read_item_embeddings
+from retrieval.export import load_user_encoder
 from retrieval.index import ItemIndex
+from retrieval.index.source import ParquetVectors
 from retrieval.serving.histories import UserHistories
 from retrieval.serving.run_index import build_run_index
 
@@ -76,7 +77,8 @@ class CandidateGenerator:
         paths = RunPaths(resolve_run_dir(run_dir))
         manifest = read_json(paths.manifest)
         encoder = load_user_encoder(paths.user_tower)
-        item_ids, vectors = read_item_embeddings(paths.item_embeddings)
+        source = ParquetVectors(paths.item_embeddings)  # one array filled batch by batch: no second copy
+        item_ids, vectors = source.item_ids(), source.read_all()
         if paths.index.is_dir():
             index = ItemIndex.load(paths.index)
         else:

@@ -1,5 +1,9 @@
 """Index a run: ``<run>/item_embeddings.parquet`` -> ``<run>/index/``, self-checked with real user queries.
 
+The embeddings are read in record batches (``retrieval.index.source.ParquetVectors``; ``item_embeddings.parquet`` may
+also be a directory of ``*.parquet`` shards, read in name order), so building holds the index and one chunk in
+memory, not the whole catalogue.
+
 The self-check queries are the user tower's embeddings of a seeded sample of training users (their stored
 histories), i.e. the queries the server will actually send; item vectors stand in only when the run has no user tower
 or no training data. The index metric is the run's (``dot`` -> inner product, ``cosine``), its model version the run's.
@@ -13,8 +17,9 @@ import numpy as np
 
 from retrieval.artifacts import PathLike, RunPaths, read_json
 from retrieval.errors import InputError
-from retrieval.export import load_user_encoder, read_item_embeddings
+from retrieval.export import load_user_encoder
 from retrieval.index import IdMap, ItemIndex, build_index
+from retrieval.index.source import ParquetVectors
 from retrieval.serving.histories import UserHistories
 
 
@@ -37,8 +42,8 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
     manifest = read_json(paths.manifest)
     if "metric" not in manifest:
         raise InputError("the run manifest has no 'metric'", path=str(paths.manifest), field="metric")
-    item_ids, vectors = read_item_embeddings(paths.item_embeddings)
-    id_map = IdMap(item_ids)
+    vectors = ParquetVectors(paths.item_embeddings)
+    id_map = IdMap(vectors.item_ids())
     queries = None
     if paths.train_data.is_file() and (encoder is not None or paths.user_tower.is_dir()):
         encoder = encoder if encoder is not None else load_user_encoder(paths.user_tower)
