@@ -117,9 +117,9 @@ def _check_queries(vectors: VectorSource, queries: Optional[np.ndarray], metric:
     return sample, "items"
 
 
-def build_index(vectors: np.ndarray | VectorSource, item_ids: Sequence[str], *, indices: Optional[np.ndarray] = None,
-                factory: str = "auto", metric: str = "ip", queries: Optional[np.ndarray] = None,
-                recall_floor: float = 0.95, recall_k: int = 100, recall_margin: float = 0.01,
+def build_index(vectors: np.ndarray | VectorSource, item_ids: Sequence[str] | IdMap, *,
+                indices: Optional[np.ndarray] = None, factory: str = "auto", metric: str = "ip",
+                queries: Optional[np.ndarray] = None, recall_floor: float = 0.95, recall_k: int = 100, recall_margin: float = 0.01,
                 num_check_queries: int = 1000, search_params: Optional[dict] = None, seed: int = 0,
                 train_size: Optional[int] = None, model_version: Optional[str] = None) -> ItemIndex:
     """Builds, tunes and self-checks an index of ``vectors`` [N, d] for ``item_ids`` [N].
@@ -127,15 +127,19 @@ def build_index(vectors: np.ndarray | VectorSource, item_ids: Sequence[str], *, 
     ``vectors``: an array, or a ``VectorSource`` (e.g. ``ParquetVectors`` over the run's item-embedding file(s)),
     which is read in chunks: training on a sample, adding and the self-check's exact search each take one pass, and
     memory holds the index plus a chunk. ``indices`` are the FAISS ids (default: vocabulary indices 2..N+1,
-    contracts.md). ``factory`` is a FAISS factory string or ``auto`` (``factory.auto_factory``). ``queries`` are user
-    embeddings for the self-check (default: a sample of the item vectors). Unless ``search_params`` are given,
-    nprobe/efSearch are tuned on half of the ``num_check_queries`` to ``recall_floor + recall_margin``;
-    recall@``recall_k`` on the other half must reach ``recall_floor`` or ``IndexQualityError`` is raised.
+    contracts.md). ``item_ids`` may also be an ``IdMap`` (then without ``indices``): a caller that needs the map
+    before building (``run_index``: for the training histories) passes it, so that memory holds one map, not two.
+    ``factory`` is a FAISS factory string or ``auto`` (``factory.auto_factory``). ``queries`` are user embeddings
+    for the self-check (default: a sample of the item vectors). Unless ``search_params`` are given, nprobe/efSearch
+    are tuned on half of the ``num_check_queries`` to ``recall_floor + recall_margin``; recall@``recall_k`` on the
+    other half must reach ``recall_floor`` or ``IndexQualityError`` is raised.
     """
     start = time.perf_counter()
     metric = factories.canonical_metric(metric)
     vectors = factories.PreparedVectors(as_source(vectors), metric)
-    id_map = IdMap(item_ids, indices)
+    if isinstance(item_ids, IdMap) and indices is not None:
+        raise InputError("pass indices inside the IdMap, not beside it", field="indices")
+    id_map = item_ids if isinstance(item_ids, IdMap) else IdMap(item_ids, indices)
     if len(id_map) != vectors.count or not vectors.count:
         raise InputError(f"need one vector per item and at least one item, got {vectors.count} vectors and "
                          f"{len(id_map)} ids")

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from retrieval.artifacts import PathLike
 from retrieval.errors import InputError
+from retrieval.index.idmap import id_array
 
 CHUNK_ROWS = 65_536  # 16 MiB of 64-d float32 per chunk
 
@@ -103,13 +104,14 @@ class ParquetVectors(VectorSource):
         self.dimension = 0 if head is None or not len(head) else len(head.column(0)[0])
 
     def item_ids(self) -> np.ndarray:
-        """The ``item_id`` column of all shards, in order (object array of str)."""
+        """The ``item_id`` column of all shards, in order, as str: a ``StringDType`` array read in record batches
+        (``idmap.id_array``), no Python object per id."""
         try:
-            parts = [pq.read_table(f, columns=["item_id"]).column("item_id") for f in self.files]
+            return id_array((batch.column(0) for path in self.files
+                             for batch in pq.ParquetFile(path).iter_batches(CHUNK_ROWS, columns=["item_id"])),
+                            self.count)
         except (OSError, pa.ArrowInvalid, KeyError) as e:
             raise InputError(f"cannot read item ids: {e}", path=str(self.files[0])) from None
-        return np.concatenate([p.to_numpy(zero_copy_only=False) for p in parts]).astype(object) if parts else \
-            np.zeros(0, object)
 
     def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
         for path in self.files:

@@ -84,12 +84,12 @@ class CandidateGenerator:
         else:
             logging.warning("run %s has no index/; building one in memory", paths.root)
             index = build_run_index(paths, save=False, encoder=encoder)
-        if not np.array_equal(index.id_map.item_ids, item_ids.astype(str)) or not np.array_equal(
+        if not np.array_equal(index.id_map.item_ids, item_ids) or not np.array_equal(
                 index.id_map.indices, np.arange(len(item_ids)) + NUM_RESERVED):
             raise InputError("index/ids.parquet does not match item_embeddings.parquet; rebuild the index",
                              path=str(paths.index))
         if paths.item_vocab.is_file() and not np.array_equal(
-                Vocabulary.load(paths.item_vocab).ids[NUM_RESERVED:].astype(str), item_ids.astype(str)):
+                Vocabulary.load(paths.item_vocab).ids[NUM_RESERVED:].astype(str), item_ids):
             raise InputError("vocab/items.parquet does not match item_embeddings.parquet", path=str(paths.item_vocab))
         histories = UserHistories.from_parquet(paths.train_data, index.id_map)
         logging.info("loaded run %s (version %s): %d items, %d users", paths.root, manifest.get("version"),

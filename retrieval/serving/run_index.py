@@ -51,7 +51,7 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
         if len(histories):
             queries = user_queries(encoder, histories, id_map, num_check_queries, seed,
                                    int(manifest.get("max_history") or 0) or None)
-    index = build_index(vectors, id_map.item_ids, indices=id_map.indices, factory=factory, metric=manifest["metric"],
+    index = build_index(vectors, id_map, factory=factory, metric=manifest["metric"],
                         queries=queries, recall_floor=recall_floor, recall_k=recall_k,
                         num_check_queries=num_check_queries, search_params=search_params, seed=seed,
                         model_version=manifest.get("version"))
