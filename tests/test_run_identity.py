@@ -42,7 +42,7 @@ def test_the_same_configuration_resumes_and_the_fingerprint_is_recorded(log, tmp
 
 
 @pytest.mark.parametrize("changes,named", [
-    ({"train.epochs": 3}, "train.epochs 20 -> 3"),
+    ({"train.epochs": 3}, "train.epochs 8 -> 3"),
     ({"model.temperature": 0.3}, "model.temperature 0.1 -> 0.3"),
 ])
 def test_a_changed_configuration_is_refused(log, tmp_path, changes, named):
