@@ -140,6 +140,19 @@ def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: V
     return {"metric": model.metric, "max_history": model.max_history, "dimension": int(vectors.shape[1])}
 
 
+def pad_histories(histories: Sequence[Sequence[str]], max_history: int) -> np.ndarray:
+    """Histories of item ids (most recent first) as an object array [N, max_history] of str: each truncated to its
+    first ``max_history`` ids and padded with "" (which every user tower ignores), without a per-user loop."""
+    lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
+    flat = np.fromiter(itertools.chain.from_iterable(histories), dtype=object, count=int(lengths.sum()))
+    rows = np.repeat(np.arange(len(histories)), lengths)
+    positions = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    keep = positions < max_history
+    padded = np.full([len(histories), max_history], "", dtype=object)
+    padded[rows[keep], positions[keep]] = flat[keep].astype(str)
+    return padded
+
+
 class UserEncoder:
     """Encodes users with an exported user tower: ``encode(user_ids, histories) -> float32 [B, d]``.
 
@@ -155,16 +168,6 @@ class UserEncoder:
         self.metric = loaded.metric.numpy().decode()
         self.batch_size = int(batch_size)
 
-    def _pad(self, histories: Sequence[Sequence[str]]) -> np.ndarray:
-        lengths = np.fromiter((len(h) for h in histories), dtype=np.int64, count=len(histories))
-        flat = np.fromiter(itertools.chain.from_iterable(histories), dtype=object, count=int(lengths.sum()))
-        rows = np.repeat(np.arange(len(histories)), lengths)
-        positions = np.arange(len(flat)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        keep = positions < self.max_history
-        padded = np.full([len(histories), self.max_history], "", dtype=object)
-        padded[rows[keep], positions[keep]] = flat[keep].astype(str)
-        return padded
-
     def encode(self, user_ids: Sequence[str], histories: Sequence[Sequence[str]]) -> np.ndarray:
         if len(user_ids) != len(histories):
             raise InputError(f"{len(user_ids)} user ids but {len(histories)} histories")
@@ -173,7 +176,8 @@ class UserEncoder:
         for start in range(0, len(users), self.batch_size):
             stop = start + self.batch_size
             result = self._serve(user_id=tf.constant(users[start:stop], tf.string),
-                                 history=tf.constant(self._pad(histories[start:stop]), tf.string))
+                                 history=tf.constant(pad_histories(histories[start:stop], self.max_history),
+                                                     tf.string))
             out.append(result["embedding"].numpy())
         return np.concatenate(out, axis=0)
 

@@ -89,3 +89,20 @@ def test_set_histories_are_random_subsets_in_the_run(set_run):
     descending = newest_first.groupby("user_id")["item_id"].apply(
         lambda s: bool((np.diff(s.astype(int).to_numpy()) <= 0).all()))
     assert descending.mean() < 0.1 and len(ids) > 1000
+
+
+def test_early_stopping_watches_the_evaluation_protocol_on_validation(sorted_lines, tmp_path):
+    """With a validation file, training early-stops on validation recall@20 computed as the evaluation computes it:
+    the best value it logged equals the evaluation of the kept (best) weights on that same file."""
+    lines = sorted_lines.read_text().splitlines()
+    train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
+    train.write_text("\n".join(" ".join(line.split()[:-2]) for line in lines) + "\n")
+    valid.write_text("\n".join(" ".join(line.split()[:1] + line.split()[-2:]) for line in lines) + "\n")
+    job = TrainingJob(_config(train, **{"data.split": "files", "data.order": "none", "data.test_path": str(valid),
+                                        "data.validation_path": str(valid), "train.epochs": 6,
+                                        "train.early_stopping_patience": 2}), str(tmp_path / "out"), "early")
+    job.run()
+    summary = job.stages.summary("train")
+    assert 1 <= summary["best_epoch"] <= 6 and summary["best_metric"] > 0.2
+    metrics = artifacts.read_json(job.paths.metrics)
+    assert metrics["recall@20"] == pytest.approx(summary["best_metric"], abs=1e-6)

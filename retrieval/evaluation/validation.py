@@ -16,18 +16,7 @@ import pandas as pd
 
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.evaluation import evaluator, protocols
-
-
-def history_matrix(histories: list[np.ndarray], item_vocab: Vocabulary, max_history: int) -> np.ndarray:
-    """[len(histories), max_history] int32 item indices of the first ``max_history`` ids of each history, 0-padded."""
-    capped = [h[:max_history] for h in histories]
-    lengths = np.array([len(h) for h in capped], np.int64)
-    matrix = np.zeros((len(capped), max_history), np.int32)
-    if lengths.sum():
-        rows = np.repeat(np.arange(len(capped)), lengths)
-        cols = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        matrix[rows, cols] = item_vocab.lookup(np.concatenate(capped))
-    return matrix
+from retrieval.export import pad_histories
 
 
 def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: Vocabulary,
@@ -38,7 +27,9 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
     data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:])
     rows = np.flatnonzero(data.test.lengths > 0)
     users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
-    history = history_matrix(protocols.histories(train, data.user_ids[rows]), item_vocab, model.max_history)
+    # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.
+    padded = pad_histories(protocols.histories(train, data.user_ids[rows]), model.max_history)
+    history = item_vocab.lookup(padded.ravel()).reshape(padded.shape).astype(np.int32)
 
     def evaluate() -> float:
         user_vectors = np.zeros((len(data.user_ids), model.item_vectors(tf.constant([0])).shape[-1]), np.float32)

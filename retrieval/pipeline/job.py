@@ -282,7 +282,8 @@ class TrainingJob:
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in
             warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
         result = training.fit(model, examples, c.train, checkpoint_dir=self.paths.checkpoints,
-                              tensorboard_dir=self.paths.tensorboard, evaluate_fn=self._validation_fn(model))
+                              tensorboard_dir=self.paths.tensorboard,
+                              evaluate_fn=self._validation_fn(model, item_vocab, user_vocab))
         self._model = model
         return model, result
 
@@ -303,7 +304,7 @@ class TrainingJob:
         logging.info("%d next-item examples from %d interactions", len(examples["label"]), len(items))
         return examples
 
-    def _validation_fn(self, model):
+    def _validation_fn(self, model, item_vocab: Vocabulary, user_vocab: Vocabulary):
         """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation
         data or patience."""
         from retrieval.evaluation.validation import recall_fn
@@ -314,7 +315,6 @@ class TrainingJob:
         validation = pd.read_parquet(self.paths.validation_data)
         if validation.empty:
             return None
-        item_vocab, user_vocab = self._vocabularies()
         return recall_fn(model, pd.read_parquet(self.paths.train_data), validation, item_vocab, user_vocab,
                          k=t.eval_k)
 
