@@ -3,7 +3,6 @@ lockstep (MultiWorkerMirroredStrategy). Each case runs in fresh processes: devic
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from retrieval import distributed
 from retrieval.errors import InputError
+from tests.localhost import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,16 +95,6 @@ def test_cross_replica_in_batch_loss_and_update_equal_single_replica(tmp_path):
     assert float(out["weight_change"]) > 1e-3  # the step moved the weights, and both runs moved them alike
     assert float(out["weight_error"]) < 1e-5
     assert float(out["estimator_error"]) == 0.0
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def test_two_local_workers_end_with_identical_weights(tmp_path):

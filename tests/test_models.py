@@ -195,12 +195,13 @@ def test_full_softmax_matches_numpy(vocabs, batch):
     np.testing.assert_allclose(loss, log_z - logits[np.arange(B), batch["label"] - 2], rtol=1e-5)
 
 
-@pytest.mark.parametrize("output_table", [False, True])
-def test_sampled_softmax_matches_tf_sampled_softmax_loss(vocabs, batch, output_table):
-    items, users = vocabs
-    config = small_config(name="sampled_softmax", num_negatives=5, output_table=output_table)
-    config.temperature = 1.0  # tf.nn.sampled_softmax_loss has no temperature
-    model = build_model(config, items, users)
+def _with_fixed_draws(vocabs, batch, name: str, output_table: bool):
+    """A model of objective ``name`` with 5 sampled negatives at temperature 1 (TF's references have none), its
+    sampler's draw fixed so that a reference sees the same negatives, and non-zero output-table biases: returns
+    (labels, (sampled ids, sampled log Q, true log Q), per-example loss, query, catalogue weights, biases)."""
+    config = small_config(name=name, num_negatives=5, output_table=output_table)
+    config.temperature = 1.0
+    model = build_model(config, *vocabs)
     labels = tf.constant(batch["label"])
     drawn = model.objective.sampler.sample(labels)
     model.objective.sampler.sample = lambda _: drawn
@@ -212,7 +213,13 @@ def test_sampled_softmax_matches_tf_sampled_softmax_loss(vocabs, batch, output_t
         weights, biases = model.output_table(tf.range(V_ITEMS))
     else:
         weights, biases = model.item_tower(tf.range(V_ITEMS)), tf.zeros([V_ITEMS])
-    sampled, true_log_q, sampled_log_q = drawn[0], drawn[2], drawn[1]
+    return labels, drawn, loss, query, weights, biases
+
+
+@pytest.mark.parametrize("output_table", [False, True])
+def test_sampled_softmax_matches_tf_sampled_softmax_loss(vocabs, batch, output_table):
+    labels, (sampled, sampled_log_q, true_log_q), loss, query, weights, biases = _with_fixed_draws(
+        vocabs, batch, "sampled_softmax", output_table)  # tf.nn.sampled_softmax_loss has no temperature: T = 1
     reference = tf.nn.sampled_softmax_loss(
         weights, biases, tf.cast(labels[:, None], tf.int64), query, num_sampled=5, num_classes=V_ITEMS,
         sampled_values=(tf.cast(sampled, tf.int64), tf.exp(true_log_q)[:, None], tf.exp(sampled_log_q)),
@@ -307,22 +314,8 @@ LOG_ITEMS = np.log(V_ITEMS - 2)
 def test_sampled_binary_objectives_match_tf_nce_loss(vocabs, batch, name, output_table):
     """tf.nn.nce_loss with the item biases plus the logit bias, ``-log #items`` (NCE, sampled logistic) or ``-log
     S`` (NEG, whose expected counts are then fed as 1: no correction)."""
-    items, users = vocabs
-    config = small_config(name=name, num_negatives=5, output_table=output_table)
-    config.temperature = 1.0  # tf.nn.nce_loss has no temperature
-    model = build_model(config, items, users)
-    labels = tf.constant(batch["label"])
-    drawn = model.objective.sampler.sample(labels)
-    model.objective.sampler.sample = lambda _: drawn
-    if output_table:
-        model.output_table(labels)
-        model.output_table.bias_table.embeddings.assign(tf.random.stateless_normal([V_ITEMS, 1], [3, 4]))
-    loss, query = per_example(model, batch)
-    if output_table:
-        weights, biases = model.output_table(tf.range(V_ITEMS))
-    else:
-        weights, biases = model.item_tower(tf.range(V_ITEMS)), tf.zeros([V_ITEMS])
-    sampled, sampled_log_q, true_log_q = drawn
+    labels, (sampled, sampled_log_q, true_log_q), loss, query, weights, biases = _with_fixed_draws(
+        vocabs, batch, name, output_table)  # tf.nn.nce_loss has no temperature: T = 1
     if name == "negative_sampling":
         biases, sampled_log_q, true_log_q = biases - np.log(5.0), tf.zeros_like(sampled_log_q), tf.zeros_like(true_log_q)
     else:

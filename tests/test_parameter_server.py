@@ -21,6 +21,7 @@ import pytest
 
 from retrieval import distributed, export, parameter_server
 from retrieval.errors import InputError
+from tests.localhost import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,16 +110,6 @@ with open(os.path.join(out, "result.json"), "w") as f:
 sys.stdout.flush()
 os._exit(0)  # the in-process servers never stop
 """
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 @pytest.fixture(scope="module")
