@@ -27,6 +27,9 @@ _BASELINES = flags.DEFINE_list("baselines", None, "Baselines computed in the sam
 _BOOTSTRAP = flags.DEFINE_integer("bootstrap", None, "Bootstrap resamples over users for 95% intervals and paired "
                                   "tests; 0 disables them. Default: the run's eval.bootstrap, else 1000.")
 _SEED = flags.DEFINE_integer("seed", None, "Seed of the bootstrap and the random baseline. Default: the run's seed.")
+_MAX_USERS = flags.DEFINE_integer("max_users", None, "Evaluate a seeded uniform sample of this many test users, "
+                                  "reading only their rows (logs larger than memory; item_knn and ease are then "
+                                  "skipped); 0: all. Default: the run's eval.max_users, else 0.", lower_bound=0)
 _INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Let users' training items be recommended (by default "
                                    "they are excluded: the standard 'seen excluded' protocol).")
 _ANN_INDEX = flags.DEFINE_string("ann_index", None, "Optional FAISS index file, e.g. <run_dir>/index/index.faiss; "
@@ -76,7 +79,7 @@ def main(argv: Sequence[str]) -> None:
         exclude_train=False if _INCLUDE_TRAIN.value else None,
         baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
         ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value,
-        output_dir=_OUTPUT_DIR.value)
+        output_dir=_OUTPUT_DIR.value, max_users=_MAX_USERS.value)
     k = metrics["protocol/ks"][min(1, len(metrics["protocol/ks"]) - 1)]
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
           f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "

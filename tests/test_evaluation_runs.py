@@ -105,3 +105,31 @@ def test_explicit_settings_and_errors(run, tmp_path):
         runs.evaluate_run(paths.root, baselines=["svd"], write=False)
     with pytest.raises(InputError, match="not found"):
         runs.evaluate_run(tmp_path, write=False)
+
+
+def test_user_sample_reads_only_sampled_rows_and_equals_evaluating_those_users(run, tmp_path, monkeypatch):
+    """eval.max_users: the sampled evaluation equals a full evaluation whose test file holds just the sampled users
+    (the model and most-popular, whose popularity still counts the whole training table); the whole-table reader is
+    never called, and the item-item baselines are reported as skipped."""
+    import pandas as pd
+
+    from retrieval.evaluation import loading
+
+    paths, _ = run
+    sample = runs._user_sample(paths.test_data, 20, seed=5)
+    test = pd.read_parquet(paths.test_data)
+    test[test.user_id.isin(sample)].to_parquet(tmp_path / "sampled_test.parquet", index=False)
+    settings = dict(ks=(5,), n_bootstrap=0, seed=5, write=False, baselines=("most_popular", "item_knn", "ease"))
+    reference = runs.evaluate_run(paths.root, test_path=str(tmp_path / "sampled_test.parquet"), **settings)
+
+    def whole_table(*args, **kwargs):
+        raise AssertionError("a sampled evaluation read a whole table")
+
+    monkeypatch.setattr(loading, "read_interactions", whole_table)
+    sampled = runs.evaluate_run(paths.root, max_users=20, **settings)
+    assert len(sample) == 20 and sampled["count/test_users"] == 20
+    for key in ("recall@5", "ndcg@5", "baseline/most_popular/recall@5", "count/eval_users"):
+        assert sampled[key] == pytest.approx(reference[key], abs=1e-12), key
+    assert sampled["protocol/skipped_baselines"] == ["item_knn", "ease"]
+    assert "20 test users" in sampled["protocol/user_sample"]
+    assert runs._user_sample(paths.test_data, 10_000, seed=5) is None  # no more users than asked: all of them

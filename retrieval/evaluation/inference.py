@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts
-from retrieval.data.vocab import NUM_RESERVED
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import loading, protocols, ranking
@@ -47,28 +47,38 @@ def read_user_list(path) -> np.ndarray:
 
 def recommend_chunks(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, exclude_train: bool = True,
                      max_block_bytes: int = 256 << 20, chunk_users: int = 65_536) -> Iterator[pa.Table]:
-    """Top-k recommendations of ``user_ids`` (default: every user of the training data), as one Arrow table per
-    ``chunk_users`` users in order: the user vectors, exclusions and results of one chunk at a time are in memory
-    (the training histories and the item vectors stay loaded throughout)."""
+    """Top-k recommendations of ``user_ids`` (default: every user of the run's user vocabulary, sorted), as one
+    Arrow table per ``chunk_users`` users in order. Memory holds the item vectors and one chunk: its users' training
+    rows (a filtered scan of ``data/train.parquet``), vectors, exclusions and results."""
     if k < 1:
         raise InputError(f"k must be at least 1, got {k}", field="k")
     paths = artifacts.RunPaths(run_dir)
-    train = loading.read_interactions(paths.train_data, "training data")
     model = loading.load_run_model(run_dir)
-    users = np.unique(train["user_id"].astype(str).to_numpy()) if user_ids is None else np.asarray(user_ids, str)
-    data = protocols.prepare(train, train.iloc[:0], model.item_ids)
-    rows_in_train = pd.Index(data.user_ids).get_indexer(users)
-    logging.info("recommending %d items to %d users (%d without training history), %d users at a time", k,
-                 len(users), int((rows_in_train < 0).sum()), chunk_users)
-    # users without training history point at an extra, empty row
-    padded = csr_lib.Csr(np.append(data.train.indptr, data.train.indptr[-1]), data.train.indices)
+    users = _training_users(paths) if user_ids is None else np.asarray(user_ids, str)
+    logging.info("recommending %d items to %d users, %d users at a time", k, len(users), chunk_users)
+    cold = 0
     for start in range(0, max(len(users), 1), chunk_users):
-        chunk, rows = users[start:start + chunk_users], rows_in_train[start:start + chunk_users]
+        chunk = users[start:start + chunk_users]
+        train = loading.read_users_interactions(paths.train_data, chunk, "training data")
+        data = protocols.prepare(train, train.iloc[:0], model.item_ids)
+        rows = pd.Index(data.user_ids).get_indexer(chunk)
+        cold += int((rows < 0).sum())
+        # users without training history point at an extra, empty row
+        padded = csr_lib.Csr(np.append(data.train.indptr, data.train.indptr[-1]), data.train.indices)
         exclude = csr_lib.take(padded, np.where(rows >= 0, rows, data.train.n_rows)) if exclude_train else None
         vectors = model.user_vectors(chunk, train)
         idx, scores = ranking.top_k(ranking.dot_scorer(vectors, model.item_vectors), len(chunk),
                                     len(model.item_vectors), k, exclude, max_block_bytes=max_block_bytes)
         yield _to_table(chunk, idx, scores, model.item_ids)
+    logging.info("%d of %d users had no training history (cold-start answers)", cold, len(users))
+
+
+def _training_users(paths: artifacts.RunPaths) -> np.ndarray:
+    """Every user of the run's training data, sorted: the user vocabulary's ids, else the training table's."""
+    if paths.user_vocab.exists():
+        return np.sort(Vocabulary.load(paths.user_vocab).ids[NUM_RESERVED:].astype(str))
+    train = loading.read_interactions(paths.train_data, "training data")
+    return np.unique(train["user_id"].astype(str).to_numpy())
 
 
 def recommend(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, exclude_train: bool = True,

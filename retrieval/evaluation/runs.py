@@ -10,9 +10,14 @@ Settings not passed come from the run's ``config.json`` (``eval.ks``, ``eval.exc
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from absl import logging
 
 from retrieval import artifacts
@@ -22,7 +27,9 @@ from retrieval.evaluation import baselines as baselines_lib
 from retrieval.evaluation import evaluator, loading, protocols, ranking, report
 
 DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
-            "ease_lambda": baselines_lib.EASE_LAMBDA}
+            "ease_lambda": baselines_lib.EASE_LAMBDA, "max_users": 0}
+# Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
+WHOLE_MATRIX_BASELINES = ("item_knn", "ease")
 
 
 def _settings(run_dir, **given) -> dict:
@@ -37,6 +44,29 @@ def _settings(run_dir, **given) -> dict:
     if unknown:
         raise InputError(f"unknown baselines {unknown}; known: {list(baselines_lib.NAMES)}", field="baselines")
     return settings
+
+
+def _user_sample(test_path, max_users: int, seed: int) -> Optional[np.ndarray]:
+    """A seeded uniform sample of ``max_users`` test users (None: evaluate all of them), read from the user column
+    only, so that a test table larger than memory is never loaded whole."""
+    if max_users <= 0:
+        return None
+    users = pc.unique(ds.dataset(str(test_path), format="parquet").to_table(columns=["user_id"]).column("user_id"))
+    if len(users) <= max_users:
+        return None
+    chosen = np.sort(np.random.default_rng(seed).choice(len(users), max_users, replace=False))
+    return np.asarray(users.take(pa.array(chosen)).to_numpy(zero_copy_only=False), dtype=object).astype(str)
+
+
+def _item_counts(train_path, catalogue: np.ndarray) -> np.ndarray:
+    """[V] training interactions per vocabulary index (repeats counted, as ``protocols.prepare``), from a scan of the
+    item column in record batches."""
+    counts = np.zeros(len(catalogue), np.int64)
+    rows = pd.Index(catalogue)
+    for batch in ds.dataset(str(train_path), format="parquet").to_batches(columns=["item_id"]):
+        found = rows.get_indexer(batch.column(0).cast(pa.string()).to_numpy(zero_copy_only=False))
+        counts += np.bincount(found[found >= 0], minlength=len(catalogue))
+    return counts
 
 
 def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> ranking.Scorer:
@@ -54,7 +84,7 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
                  n_bootstrap: Optional[int] = None, seed: Optional[int] = None, ann_index_path: Optional[str] = None,
                  ann_index_offset: int = 0, compare_run_dir: Optional[str] = None, write: bool = True,
                  output_dir: Optional[str] = None, head_share: float = 0.8,
-                 max_block_bytes: int = 256 << 20) -> dict:
+                 max_block_bytes: int = 256 << 20, max_users: Optional[int] = None) -> dict:
     """Evaluates the run in ``run_dir`` on its test split (or ``test_path``); returns the flat metrics.
 
     Args:
@@ -76,15 +106,30 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         published run's metrics.json, so evaluate a published run on other data into another directory).
       head_share: share of training interactions in the popularity head (tail metrics).
       max_block_bytes: memory bound of one block of scores.
+      max_users: evaluate a seeded uniform sample of this many test users (default: the run's ``eval.max_users``;
+        0: all). Only the sampled users' rows of the train and test tables are read (filtered scans), so the memory
+        depends on the sample, not on the log; popularity still counts the whole training table, and the item-item
+        baselines (item-kNN, EASE^R), which need the whole matrix, are skipped. Intervals are over the sample.
     """
     paths = artifacts.RunPaths(run_dir)
     settings = _settings(run_dir, ks=ks, exclude_train=exclude_train, baselines=baselines, bootstrap=n_bootstrap,
-                         seed=seed)
-    train = loading.read_interactions(paths.train_data, "training data")
-    test = loading.read_interactions(test_path or paths.test_data, "test data")
+                         seed=seed, max_users=max_users)
+    sample = None if test_path else _user_sample(paths.test_data, settings["max_users"], settings["seed"])
+    if sample is None:
+        train = loading.read_interactions(paths.train_data, "training data")
+        test = loading.read_interactions(test_path or paths.test_data, "test data")
+    else:
+        train = loading.read_users_interactions(paths.train_data, sample, "training data")
+        test = loading.read_users_interactions(paths.test_data, sample, "test data")
+        skipped = [name for name in settings["baselines"] if name in WHOLE_MATRIX_BASELINES]
+        settings["baselines"] = tuple(name for name in settings["baselines"] if name not in WHOLE_MATRIX_BASELINES)
+        logging.info("evaluating a sample of %d test users (eval.max_users)%s", len(sample),
+                     f"; {', '.join(skipped)} skipped: fitted on the whole matrix" if skipped else "")
     split, description = loading.protocol_of(run_dir, test_path)
     model = loading.load_run_model(run_dir)
     data = protocols.prepare(train, test, model.item_ids)
+    if sample is not None:
+        data = dataclasses.replace(data, popularity=_item_counts(paths.train_data, data.item_ids))
     rows = np.flatnonzero(data.test.lengths > 0)  # only users with test items are ever scored
     user_vectors = np.zeros((len(data.user_ids), model.item_vectors.shape[1]), np.float32)
     user_vectors[rows] = model.user_vectors(data.user_ids[rows], train)
@@ -101,6 +146,9 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         ann_index_offset=ann_index_offset, head_share=head_share,
         max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"])
     result.update(data.counts)
+    if sample is not None:
+        result["protocol/skipped_baselines"] += skipped
+        result["protocol/user_sample"] = f"{len(sample)} test users, uniform, seed {settings['seed']} (eval.max_users)"
     result.update({"protocol": description, "protocol/split": split, "protocol/metric": model.metric,
                    "run_id": model.run_id})
     if compare_run_dir:

@@ -75,6 +75,7 @@ RULES: dict[str, Rule] = {
     "eval.baselines": names(baselines.NAMES),
     "eval.bootstrap": integer(0),
     "eval.ease_lambda": number(0, low_open=True),
+    "eval.max_users": integer(0),
     "index.factory": text(nonempty=True),
     "index.recall_floor": number(0, 1),
     "index.recall_k": integer(1),

@@ -8,7 +8,7 @@ rows whose item is not in the catalogue are dropped.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,11 +47,14 @@ class UserHistories:
         return cls(user_ids.astype(object), offsets, items[order])
 
     @classmethod
-    def from_parquet(cls, path: PathLike, id_map: IdMap) -> UserHistories:
+    def from_parquet(cls, path: PathLike, id_map: IdMap, user_ids: Optional[Sequence[str]] = None) -> UserHistories:
+        """From a run's ``data/train.parquet``; with ``user_ids``, only those users' rows are read (a filtered scan:
+        memory holds the sample, not the table)."""
         try:
             schema = pq.read_schema(path)
             columns = [c for c in ("user_id", "item_id", "timestamp") if c in schema.names]
-            frame = pq.read_table(path, columns=columns).to_pandas()
+            wanted = None if user_ids is None else [("user_id", "in", [str(u) for u in user_ids])]
+            frame = pq.read_table(path, columns=columns, filters=wanted).to_pandas()
         except (OSError, pa.ArrowInvalid) as e:
             raise validate.internal_artifact(InputError(f"cannot read it ({e})"), path, "the training data") from None
         try:

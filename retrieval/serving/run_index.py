@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from retrieval.artifacts import PathLike, RunPaths, read_json
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import load_user_encoder
 from retrieval.index import IdMap, ItemIndex, build_index
@@ -29,6 +30,17 @@ def user_queries(encoder, histories: UserHistories, id_map: IdMap, count: int, s
     rows = histories.sample(count, seed)
     return encoder.encode(histories.user_ids[rows].tolist(),
                           [id_map.ids_of(histories.history(r)[:max_history]).tolist() for r in rows])
+
+
+def _user_sample(paths: RunPaths, count: int, seed: int) -> Optional[np.ndarray]:
+    """A seeded sample of ``count`` training users from the run's user vocabulary, so that only their histories are
+    read; None (read every history) when the run has no user vocabulary or no more users than that."""
+    if not paths.user_vocab.is_file():
+        return None
+    users = Vocabulary.load(paths.user_vocab).ids[NUM_RESERVED:]
+    if len(users) <= count:
+        return None
+    return users[np.random.default_rng(seed).choice(len(users), count, replace=False)]
 
 
 def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", recall_floor: float = 0.95,
@@ -47,7 +59,8 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
     queries = None
     if paths.train_data.is_file() and (encoder is not None or paths.user_tower.is_dir()):
         encoder = encoder if encoder is not None else load_user_encoder(paths.user_tower)
-        histories = UserHistories.from_parquet(paths.train_data, id_map)
+        histories = UserHistories.from_parquet(paths.train_data, id_map,
+                                               _user_sample(paths, num_check_queries, seed))
         if len(histories):
             queries = user_queries(encoder, histories, id_map, num_check_queries, seed,
                                    int(manifest.get("max_history") or 0) or None)
