@@ -1,6 +1,7 @@
 """Resumable stages of a run.
 
-A stage that finished leaves ``stages/<name>.json`` (its summary and duration) in the run directory, written
+A stage that finished leaves ``stages/<name>.json`` (its summary, duration and the process's peak RSS so far, which
+tells an operator which stage sets the memory a run needs) in the run directory, written
 atomically after the stage's own artifacts. Rerunning the same run skips finished stages and so resumes after a crash
 at any moment: a stage killed half-way left no marker and runs again (training itself resumes from its last
 checkpoint).
@@ -14,6 +15,7 @@ from typing import Any, Callable, Dict, Optional
 from absl import logging
 
 from retrieval import artifacts
+from retrieval.memory import peak_rss_mb
 
 
 class StageRunner:
@@ -43,7 +45,9 @@ class StageRunner:
         start = time.perf_counter()
         summary = fn() or {}
         seconds = time.perf_counter() - start
-        artifacts.write_json(self.marker(name), {"summary": summary, "seconds": round(seconds, 3)})
+        peak = round(peak_rss_mb())
+        artifacts.write_json(self.marker(name), {"summary": summary, "seconds": round(seconds, 3),
+                                                 "peak_rss_mb": peak})
         self.timings[name] = round(seconds, 3)
-        logging.info("stage %-9s done in %.1fs: %s", name, seconds, summary)
+        logging.info("stage %-9s done in %.1fs (peak RSS so far %d MiB): %s", name, seconds, peak, summary)
         return summary
