@@ -26,6 +26,7 @@ from typing import Optional
 import ml_collections
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 from absl import logging
 
 import retrieval
@@ -246,10 +247,17 @@ class TrainingJob:
         return features_lib.feature_arrays(table, id_column, vocab, specs)
 
     def _indexed_train(self, item_vocab: Vocabulary, user_vocab: Vocabulary):
-        train = pd.read_parquet(self.paths.train_data)
-        timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
-        return (user_vocab.lookup(train["user_id"].to_numpy()), item_vocab.lookup(train["item_id"].to_numpy()),
-                timestamps)
+        """(user indices, item indices, timestamps or None) of the training table, read in record batches: memory
+        holds the integer arrays, never the table's strings."""
+        table = pq.ParquetFile(self.paths.train_data)
+        has_time = "timestamp" in table.schema_arrow.names
+        users, items, timestamps = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+        for batch in table.iter_batches():
+            users.append(user_vocab.lookup(batch.column("user_id").to_numpy(zero_copy_only=False)).astype(np.int32))
+            items.append(item_vocab.lookup(batch.column("item_id").to_numpy(zero_copy_only=False)).astype(np.int32))
+            if has_time:
+                timestamps.append(batch.column("timestamp").to_numpy())
+        return np.concatenate(users), np.concatenate(items), np.concatenate(timestamps) if has_time else None
 
     def _train(self) -> dict:
         if self.model_type == "item2vec":
