@@ -1,9 +1,12 @@
-"""The training job with the streamed prepare (data.streaming=on): trains from TFRecord shards and publishes."""
+"""The training job with the streamed prepare (data.streaming=on): trains from TFRecord shards, publishes, and warm
+starts the next streamed run."""
 
 import math
 
+import numpy as np
 import pandas as pd
 
+from retrieval.data.vocab import Vocabulary
 from retrieval.pipeline.job import TrainingJob
 from tests.test_pipeline_job import log_path, make_config  # noqa: F401  (log_path is a fixture)
 
@@ -19,3 +22,16 @@ def test_streamed_run_trains_from_shards_and_publishes(log_path, tmp_path):  # n
     steps = config.train.epochs * math.ceil(prepare["streaming"]["examples"] / config.train.batch_size)
     assert job.stages.summary("train")["steps"] == steps
     assert len(pd.read_parquet(job.paths.test_data)) == prepare["test_interactions"] == 300
+
+    # Warm start from the published streamed run: the streamed prepare keeps the vocabularies stable (same data: the
+    # same order, even where today's counts tie differently) and the id rows are copied in before training.
+    warm = make_config(log_path, **{"data.streaming": "on", "data.num_shards": 3, "model.objective.log_q": "static",
+                                    "publish.warm_start": True, "train.epochs": 1, "train.learning_rate": 0.0,
+                                    "gate.max_regression": 1.0, "gate.min_lift_over_popular": -1.0})
+    again = TrainingJob(warm, str(tmp_path), "s2")
+    again.run()
+    for name in ("item_vocab", "user_vocab"):
+        assert list(Vocabulary.load(getattr(again.paths, name)).ids) == list(Vocabulary.load(getattr(job.paths,
+                                                                                                      name)).ids)
+    with np.load(job.paths.root / "id_tables.npz") as old, np.load(again.paths.root / "id_tables.npz") as new:
+        np.testing.assert_allclose(new["item"][2:], old["item"][2:], atol=1e-6)

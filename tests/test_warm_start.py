@@ -46,7 +46,7 @@ def _tables(model) -> dict:
 @pytest.fixture(scope="module")
 def vocabularies():
     old = {"item": Vocabulary.from_ids(_log(OLD_ITEMS)), "user": Vocabulary.from_ids(_log(OLD_USERS))}
-    new = {name: warm_start.stable_vocabulary(old[name], _log(today))
+    new = {name: Vocabulary.from_ids(_log(today)).stable_against(old[name])
            for name, today in (("item", NEW_ITEMS), ("user", NEW_USERS))}
     return old, new
 

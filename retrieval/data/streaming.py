@@ -19,7 +19,7 @@ Peak memory depends on the size of one shard (``data.num_shards``), not on the s
    ``validation.parquet`` (the files every later stage reads); the partitions are removed.
 
 Tasks run on an engine (:mod:`engine`): in this process by default, or on a Dask cluster; both give the same files
-up to the order of the shards' rows. Not streamed (yet): the ``temporal`` and ``files`` splits, warm start.
+up to the order of the shards' rows. Not streamed (yet): the ``temporal`` and ``files`` splits.
 """
 
 from __future__ import annotations
@@ -305,10 +305,12 @@ def _append(settings: Settings, name: str, target: Path) -> int:
     return rows
 
 
-def prepare(settings: Settings, engine: Engine, order_request: str) -> dict:
+def prepare(settings: Settings, engine: Engine, order_request: str,
+            warm_start: Optional[artifacts.RunPaths] = None) -> dict:
     """Runs the stage (see the module docstring) on ``engine``, ``order_request`` being ``data.order``; writes the
-    run's vocabularies, ``data/train|test(|validation).parquet`` and ``data/examples/``; returns the stage summary
-    (counts, order decision, shards)."""
+    run's vocabularies (ordered stably against ``warm_start``'s, the published run, when given),
+    ``data/train|test(|validation).parquet`` and ``data/examples/``; returns the stage summary (counts, order
+    decision, shards)."""
     paths = settings.paths
     paths.train_data.parent.mkdir(parents=True, exist_ok=True)
     paths.item_vocab.parent.mkdir(parents=True, exist_ok=True)
@@ -327,6 +329,9 @@ def prepare(settings: Settings, engine: Engine, order_request: str) -> dict:
     item_vocab = Vocabulary.from_counts(pd.concat([s["items"] for s in stats]).groupby(level=0).sum(),
                                         settings.min_item_count)
     user_vocab = Vocabulary.from_counts(pd.concat([s["users"] for s in stats]), 1)
+    if warm_start is not None:
+        item_vocab = item_vocab.stable_against(Vocabulary.load(warm_start.item_vocab))
+        user_vocab = user_vocab.stable_against(Vocabulary.load(warm_start.user_vocab))
     item_vocab.save(paths.item_vocab)
     user_vocab.save(paths.user_vocab)
     span = (min(s["time"][0] for s in stats), max(s["time"][1] for s in stats))

@@ -57,6 +57,16 @@ class Vocabulary:
         return cls(np.concatenate([[PAD, OOV], counts.index.to_numpy(dtype=object)[order]]),
                    np.concatenate([[0, 0], counts.to_numpy()[order]]))
 
+    def stable_against(self, previous: Vocabulary) -> Vocabulary:
+        """This vocabulary reordered for a warm start from ``previous``: ids ``previous`` knew first, in their old
+        order (so their indices move as little as possible), then new ids in this vocabulary's order (decreasing
+        count); the counts stay this vocabulary's."""
+        known = self.ids[NUM_RESERVED:]
+        old_rank = pd.Index(previous.ids).get_indexer(known)
+        order = np.lexsort((np.arange(len(known)), np.where(old_rank >= 0, old_rank, np.iinfo(np.int64).max)))
+        keep = np.concatenate([np.arange(NUM_RESERVED), NUM_RESERVED + order])
+        return Vocabulary(self.ids[keep], self.counts[keep])
+
     @property
     def size(self) -> int:
         """Number of indices, reserved ones included (the embedding table size)."""

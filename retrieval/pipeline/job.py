@@ -204,15 +204,12 @@ class TrainingJob:
             return self._prepare_streaming()
         split, order = self._split()
         item_ids = split.train["item_id"].to_numpy()
-        previous = self.model_dir.latest() if self.config.publish.warm_start else None
-        if previous is not None and previous.item_vocab.exists():
-            item_vocab = warm_start_lib.stable_vocabulary(Vocabulary.load(previous.item_vocab), item_ids,
-                                                          self.config.data.min_item_count)
-            user_vocab = warm_start_lib.stable_vocabulary(Vocabulary.load(previous.user_vocab),
-                                                          split.train["user_id"].to_numpy())
-        else:
-            item_vocab = Vocabulary.from_ids(item_ids, min_count=self.config.data.min_item_count)
-            user_vocab = Vocabulary.from_ids(split.train["user_id"].to_numpy())
+        item_vocab = Vocabulary.from_ids(item_ids, min_count=self.config.data.min_item_count)
+        user_vocab = Vocabulary.from_ids(split.train["user_id"].to_numpy())
+        previous = self._warm_start_source()
+        if previous is not None:
+            item_vocab = item_vocab.stable_against(Vocabulary.load(previous.item_vocab))
+            user_vocab = user_vocab.stable_against(Vocabulary.load(previous.user_vocab))
         _write_parquet(split.train, self.paths.train_data)
         _write_parquet(split.test, self.paths.test_data)
         _write_parquet(split.validation, self.paths.validation_data)
@@ -226,11 +223,14 @@ class TrainingJob:
     def _prepare_streaming(self) -> dict:
         """The out-of-core prepare (``data.streaming``) on the configured engine (``data.engine``)."""
         d = self.config.data
-        if self.config.publish.warm_start and self.model_dir.latest() is not None:
-            raise InputError("publish.warm_start is not supported with data.streaming yet", field="data.streaming")
         settings = streaming.Settings.from_config(self.config, self.paths.root)
         with engine_lib.open_engine(d.engine, d.engine_address, d.engine_workers) as engine:
-            return streaming.prepare(settings, engine, d.order)
+            return streaming.prepare(settings, engine, d.order, self._warm_start_source())
+
+    def _warm_start_source(self) -> Optional[artifacts.RunPaths]:
+        """The published run whose vocabularies (and id tables) a warm start keeps (``publish.warm_start``)."""
+        previous = self.model_dir.latest() if self.config.publish.warm_start else None
+        return previous if previous is not None and previous.item_vocab.exists() else None
 
     def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)

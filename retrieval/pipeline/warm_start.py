@@ -3,8 +3,9 @@
 A scheduled job retrains every day on a log that mostly overlaps yesterday's. Starting from the published run's
 id embeddings (instead of random ones) keeps the retrieval space stable across versions and converges faster:
 
-* :func:`stable_vocabulary`: ids that the previous run knew and today's training data still holds keep their
-  relative order (so their indices move as little as possible); new ids follow, by decreasing count.
+* ``Vocabulary.stable_against``: ids that the previous run knew and today's training data still holds keep their
+  relative order (so their indices move as little as possible); new ids follow, by decreasing count. Both prepare
+  paths (in memory and streamed) apply it to the vocabularies they build.
 * :func:`save_id_tables` / :func:`load_into`: after training, the id embedding tables (item ids, user ids) are saved
   as ``id_tables.npz`` next to the run's vocabularies; a warm-started model copies the rows of every id found in the
   previous vocabulary and keeps its fresh initialisation for new ids.
@@ -22,17 +23,6 @@ from retrieval.artifacts import RunPaths, atomic_path
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 
 TABLES_FILE = "id_tables.npz"
-
-
-def stable_vocabulary(previous: Vocabulary, ids: np.ndarray, min_count: int = 1) -> Vocabulary:
-    """The vocabulary of ``ids`` (today's training ids) ordered: previously known ids first, in their old order."""
-    fresh = Vocabulary.from_ids(ids, min_count=min_count)
-    known = fresh.ids[NUM_RESERVED:]
-    old_rank = pd.Index(previous.ids).get_indexer(known)
-    order = np.lexsort((np.arange(len(known)), np.where(old_rank >= 0, old_rank, np.iinfo(np.int64).max)))
-    order = NUM_RESERVED + order
-    keep = np.concatenate([np.arange(NUM_RESERVED), order])
-    return Vocabulary(fresh.ids[keep], fresh.counts[keep])
 
 
 def _id_tables(model) -> dict[str, tf.Variable]:
