@@ -1,5 +1,6 @@
 """Streamed prepare (retrieval/data/streaming.py): the same splits, vocabularies and examples as the in-memory path,
-from CSV or multi-row-group Parquet, on the embedded engine or a local Dask cluster; the TFRecord example shards."""
+from CSV or multi-row-group Parquet, on the embedded engine or a local Dask cluster; the TFRecord example shards and
+the set-data pair shards."""
 
 from pathlib import Path
 
@@ -9,10 +10,11 @@ import pytest
 
 from configs.base import override
 from configs.two_tower import get_config
-from retrieval.artifacts import RunPaths
+from retrieval.artifacts import RunPaths, write_json
 from retrieval.data import examples as examples_lib
 from retrieval.data import readers, splits, streaming, synthetic
 from retrieval.data.engine import Embedded, open_engine
+from retrieval.data.set_examples import BLOCK_ROWS, SetExamples, SetShards, write_set_shard
 from retrieval.data.shards import ExampleShards
 from retrieval.data.vocab import Vocabulary
 
@@ -96,11 +98,43 @@ def test_dask_local_cluster_gives_the_embedded_result(log, tmp_path):
     assert example_set(read_examples(e)) == example_set(read_examples(d))
 
 
-def test_set_data_is_shuffled_within_users_and_writes_no_examples(log, tmp_path):
+def test_set_data_writes_pair_shards_whose_histories_are_drawn_per_epoch(log, tmp_path):
+    """Set data: each shard's training pairs; one epoch of SetShards holds every known training pair once as a
+    target, each history a subset of that user's other training items (never the target), redrawn every epoch; a
+    single shard equals the in-memory SetExamples draw."""
     summary = streaming.prepare(settings(log, tmp_path, **{"data.split": "random"}), Embedded(), "none")
-    assert summary["order"]["order"] == "none" and summary["streaming"]["examples"] == 0
-    train = pd.read_parquet(RunPaths(tmp_path).train_data)
+    paths = RunPaths(tmp_path)
+    train = pd.read_parquet(paths.train_data)
+    assert summary["order"]["order"] == "none" and summary["streaming"]["examples"] == len(train)
     assert (train.groupby("user_id")["timestamp"].min() == 0).all()  # positions in a random order, not times
+    items, users = Vocabulary.load(paths.item_vocab), Vocabulary.load(paths.user_vocab)
+    pairs = pd.DataFrame({"user": users.lookup(train["user_id"]), "label": items.lookup(train["item_id"])})
+    owned = pairs.groupby("user")["label"].apply(set).to_dict()
+    set_shards = SetShards.load(streaming.examples_dir(paths), max_history=5, history_keep=1.0)
+    assert len(set_shards.files) == 3 and len(set_shards) == len(pairs)
+
+    def epoch(seed: int) -> list:
+        return list(set_shards.to_dataset(64, shuffle=True, seed=seed).as_numpy_iterator())
+
+    batches = epoch(1)
+    drawn = {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
+    assert all(len(b["label"]) == 64 for b in batches[:-1])  # blocks of several shards rebatched
+    assert sorted(zip(drawn["user"], drawn["label"], strict=True)) == sorted(zip(pairs["user"], pairs["label"],
+                                                                                 strict=True))
+    for user, label, history, length in zip(drawn["user"], drawn["label"], drawn["history"],
+                                            drawn["history_length"], strict=True):
+        assert length == min(len(owned[user]) - 1, 5) and not history[length:].any()
+        assert set(history[:length]) <= owned[user] - {label}
+    assert not np.array_equal(drawn["history"], np.concatenate([b["history"] for b in epoch(2)]))
+
+    one = tmp_path / "one"
+    one.mkdir()
+    count = write_set_shard(pairs["user"].to_numpy(), pairs["label"].to_numpy(), one / "set-00000.bin")
+    write_json(one / "manifest.json", {"files": ["set-00000.bin"], "num_examples": count})
+    single = SetShards.load(one, max_history=5).to_dataset(BLOCK_ROWS, seed=4)
+    in_memory = SetExamples.from_pairs(pairs["user"], pairs["label"], 5).to_dataset(BLOCK_ROWS, seed=4)
+    for a, b in zip(single.as_numpy_iterator(), in_memory.as_numpy_iterator(), strict=True):
+        assert all(np.array_equal(a[key], b[key]) for key in a)
 
 
 def test_example_shards_cover_every_example_once_per_epoch_in_a_seeded_order(log, tmp_path):

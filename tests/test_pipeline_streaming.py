@@ -35,3 +35,17 @@ def test_streamed_run_trains_from_shards_and_publishes(log_path, tmp_path):  # n
                                                                                                       name)).ids)
     with np.load(job.paths.root / "id_tables.npz") as old, np.load(again.paths.root / "id_tables.npz") as new:
         np.testing.assert_allclose(new["item"][2:], old["item"][2:], atol=1e-6)
+
+
+def test_streamed_set_run_trains_from_pair_shards(log_path, tmp_path):  # noqa: F811
+    config = make_config(log_path, **{"data.streaming": "on", "data.num_shards": 3, "data.order": "none",
+                                      "data.split": "random", "train.epochs": 1, "gate.min_lift_over_popular": -1.0})
+    job = TrainingJob(config, str(tmp_path), "sets")
+    job.run()
+    prepare = job.stages.summary("prepare")
+    assert prepare["order"]["order"] == "none"
+    assert prepare["streaming"]["examples"] == prepare["train_interactions"] == len(pd.read_parquet(
+        job.paths.train_data))
+    assert sorted(p.name for p in (job.paths.train_data.parent / "examples").glob("set-*.bin")) == [
+        "set-00000.bin", "set-00001.bin", "set-00002.bin"]
+    assert job.stages.summary("train")["steps"] == math.ceil(prepare["train_interactions"] / config.train.batch_size)

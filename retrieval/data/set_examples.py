@@ -19,11 +19,16 @@ equivalent to (Steck 2019, sec. 3.2), so that the user tower does not memorise a
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported in to_dataset)
+from retrieval import artifacts
 from retrieval.data.vocab import NUM_RESERVED
+
+BLOCK_ROWS = 256  # examples per block of a shard (SetShards), before rebatching
+MANIFEST = "manifest.json"
 
 
 @dataclasses.dataclass
@@ -65,41 +70,110 @@ class SetExamples:
         like ``examples.to_dataset``: every element is a whole batch, and batches never span two epochs."""
         import tensorflow as tf
 
-        size = len(self.label)
-        users = tf.constant(self.user)
-        labels = tf.constant(self.label)
-        lengths = np.bincount(self.user, minlength=int(self.user.max(initial=-1)) + 1)
-        starts_of_user = tf.constant(np.r_[0, np.cumsum(lengths)[:-1]].astype(np.int32))
-        length_of_user = tf.constant(lengths.astype(np.int32))
-        offsets = tf.range(self.max_history, dtype=tf.int32)
-        batch_starts = np.arange(0, size, batch_size, dtype=np.int64)
+        users, labels = tf.constant(self.user), tf.constant(self.label)
+        epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
+        return epochs.flat_map(lambda epoch: _drawn_blocks(
+            users, labels, tf.stack([tf.constant(seed, tf.int64), epoch]), batch_size, shuffle, self.max_history,
+            self.history_keep)).prefetch(tf.data.AUTOTUNE)
 
-        def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
-            key = tf.stack([tf.constant(seed, tf.int64), epoch])
-            # Random order within each user: pairs are already grouped by user, so sort by (user, random rank).
-            rank = tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), seed=key)
-            grouped = tf.argsort(tf.cast(users, tf.int64) * size + rank, stable=True)
-            items = tf.gather(labels, grouped)
-            rows = tf.range(size, dtype=tf.int64)
+
+def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_history: int, history_keep: float):
+    """Blocks of ``block_size`` examples of one epoch of ``(users, labels)`` (int32 tensors, grouped by user), the
+    histories drawn with the stateless seed ``key`` (see the module docstring); TensorFlow ops only, so that it runs
+    inside ``tf.data`` on arrays held in memory or read from a shard file."""
+    import tensorflow as tf
+
+    size = tf.size(labels, out_type=tf.int64)
+    length_of_user = tf.math.bincount(users, minlength=tf.reduce_max(users) + 1, dtype=tf.int32)
+    starts_of_user = tf.cumsum(length_of_user, exclusive=True)
+    offsets = tf.range(max_history, dtype=tf.int32)
+    # Random order within each user: pairs are already grouped by user, so sort by (user, random rank).
+    rank = tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), seed=key)
+    items = tf.gather(labels, tf.argsort(tf.cast(users, tf.int64) * size + rank, stable=True))
+    rows = tf.range(size, dtype=tf.int64)
+    if shuffle:
+        rows = tf.random.experimental.stateless_shuffle(rows, seed=key + [0, 1 << 40])
+
+    def block(start: tf.Tensor) -> dict:
+        row = tf.cast(rows[start:start + block_size], tf.int32)
+        user = tf.gather(users, row)
+        first, length = tf.gather(starts_of_user, user), tf.gather(length_of_user, user)
+        position = row - first
+        slot = first[:, None] + (position[:, None] + 1 + offsets[None, :]) % length[:, None]
+        count = tf.minimum(length - 1, max_history)
+        if history_keep < 1.0:
+            draw = key + tf.stack([tf.constant(1, tf.int64), start])
+            noise = tf.random.stateless_uniform(tf.shape(count), seed=draw)
+            kept = tf.floor(history_keep * tf.cast(count, tf.float32) + noise)
+            count = tf.minimum(count, tf.maximum(tf.cast(kept, tf.int32), 1))
+        history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
+        return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
+
+    return tf.data.Dataset.range(0, size, block_size).map(block)
+
+
+def write_set_shard(user_idx: np.ndarray, item_idx: np.ndarray, path: str | Path) -> int:
+    """Writes one shard's training pairs for :class:`SetShards` (known items only, grouped by user) as raw int32
+    ``user, item`` rows, atomically; returns the number of pairs."""
+    pairs = SetExamples.from_pairs(user_idx, item_idx, max_history=1)
+    with artifacts.atomic_path(path) as tmp:
+        np.stack([pairs.user, pairs.label], axis=1).astype("<i4").tofile(tmp)
+    return len(pairs)
+
+
+@dataclasses.dataclass(frozen=True)
+class SetShards:
+    """Set-data training pairs in per-shard files (the streamed prepare's, :func:`write_set_shard`), read by
+    ``tf.data`` a few shards at a time: memory holds ``cycle_length`` shards, not the log.
+
+    Every user's pairs are in one shard (the prepare partitions by user), so each shard draws its histories exactly
+    as :class:`SetExamples` does on the whole data (the same sampler, keyed by seed, epoch and shard); blocks of
+    :data:`BLOCK_ROWS` examples from ``cycle_length`` shards are interleaved and rebatched into ``batch_size``
+    batches (a batch may span two epochs under ``repeat``, as with ``shards.ExampleShards``).
+    """
+
+    directory: str
+    files: tuple[str, ...]
+    num_examples: int
+    max_history: int
+    history_keep: float = 1.0
+    cycle_length: int = 4
+
+    @classmethod
+    def load(cls, directory: str | Path, max_history: int, history_keep: float = 1.0) -> SetShards:
+        manifest = artifacts.read_json(Path(directory) / MANIFEST)
+        return cls(str(directory), tuple(manifest["files"]), int(manifest["num_examples"]), int(max_history),
+                   float(history_keep))
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def head(self, n: int) -> dict[str, np.ndarray]:
+        """The first ``n`` examples of epoch 0 (for building variables)."""
+        batch = next(iter(self.to_dataset(max(n, 1), shuffle=False).take(1)))
+        return {key: value.numpy()[:n] for key, value in batch.items()}
+
+    def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
+        """``tf.data.Dataset`` of dict batches (the keys of :meth:`SetExamples.to_dataset`), deterministic under
+        ``seed``: each epoch its own shard order and draws."""
+        import tensorflow as tf
+
+        paths = tf.constant([str(Path(self.directory) / name) for name in self.files])
+
+        def shard(key, number, path) -> tf.data.Dataset:
+            pairs = tf.reshape(tf.io.decode_raw(tf.io.read_file(path), tf.int32, little_endian=True), [-1, 2])
+            shard_key = key + tf.stack([number * (1 << 20), tf.constant(0, tf.int64)])
+            return _drawn_blocks(pairs[:, 0], pairs[:, 1], shard_key, BLOCK_ROWS, shuffle, self.max_history,
+                                 self.history_keep)
+
+        def epoch(epoch_number: tf.Tensor) -> tf.data.Dataset:
+            key = tf.stack([tf.constant(seed, tf.int64), epoch_number])
+            order = tf.range(len(self.files), dtype=tf.int64)
             if shuffle:
-                rows = tf.random.experimental.stateless_shuffle(rows, seed=key + [0, 1 << 40])
-
-            def batch(start: tf.Tensor) -> dict:
-                row = tf.cast(rows[start:start + batch_size], tf.int32)
-                user = tf.gather(users, row)
-                first, length = tf.gather(starts_of_user, user), tf.gather(length_of_user, user)
-                position = row - first
-                slot = first[:, None] + (position[:, None] + 1 + offsets[None, :]) % length[:, None]
-                count = tf.minimum(length - 1, self.max_history)
-                if self.history_keep < 1.0:
-                    draw = key + tf.stack([tf.constant(1, tf.int64), start])
-                    noise = tf.random.stateless_uniform(tf.shape(count), seed=draw)
-                    kept = tf.floor(self.history_keep * tf.cast(count, tf.float32) + noise)
-                    count = tf.minimum(count, tf.maximum(tf.cast(kept, tf.int32), 1))
-                history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
-                return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
-
-            return tf.data.Dataset.from_tensor_slices(batch_starts).map(batch)
+                order = tf.random.experimental.stateless_shuffle(order, seed=key + [0, 1 << 41])
+            return tf.data.Dataset.from_tensor_slices(order).interleave(
+                lambda i: shard(key, i, tf.gather(paths, i)), cycle_length=min(len(self.files), self.cycle_length),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
         epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
-        return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
+        return epochs.flat_map(epoch).rebatch(batch_size).prefetch(tf.data.AUTOTUNE)

@@ -13,8 +13,8 @@ Peak memory depends on the size of one shard (``data.num_shards``), not on the s
 4. **examples** (one task per shard): held-out rows aligned to the vocabulary (``data.unknown_policy``; an item is
    known when it is in the item vocabulary, i.e. after ``min_item_count``), next-item examples of the shard written as
    a TFRecord shard (:mod:`shards`; ``example_age`` over the global time span). Set data (``order=none``, each shard
-   shuffled within users with seed ``seed + shard``) writes no examples: training keeps the in-memory
-   ``SetExamples`` over ``train.parquet``'s indices (8 bytes per pair).
+   shuffled within users with seed ``seed + shard``) writes the shard's training pairs instead
+   (``set_examples.write_set_shard``): training draws their histories per shard, every epoch (``SetShards``).
 5. **combine** (here): the shards' parts are appended, one shard at a time, to ``train.parquet``, ``test.parquet``,
    ``validation.parquet`` (the files every later stage reads); the partitions are removed.
 
@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts
-from retrieval.data import bounds, readers, shards, splits, validate
+from retrieval.data import bounds, readers, set_examples, shards, splits, validate
 from retrieval.data import examples as examples_lib
 from retrieval.data import order as order_lib
 from retrieval.data.engine import Engine
@@ -118,8 +118,12 @@ class Settings:
 
 
 def examples_dir(paths: artifacts.RunPaths) -> Path:
-    """Where a streamed run's next-item example shards live."""
+    """Where a streamed run's example shards live (next-item TFRecords, or set pairs)."""
     return paths.train_data.parent / "examples"
+
+
+def set_shard_file(directory: str | Path, shard: int) -> Path:
+    return Path(directory) / f"set-{shard:05d}.bin"
 
 
 # ------------------------------------------------------------------ 1. partition
@@ -266,12 +270,14 @@ def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) ->
                                                            path=settings.path, name=name)
             _write(aligned, path)
     out = {"dropped": dropped, "examples": 0}
+    users = _user_indices(settings.paths.user_vocab, train["user_id"])
     if settings.order == "none":
+        out["examples"] = set_examples.write_set_shard(users, item_vocab.lookup(train["item_id"].to_numpy()),
+                                                       set_shard_file(settings.examples, shard))
         return out
     timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
     built = examples_lib.next_item_examples(
-        _user_indices(settings.paths.user_vocab, train["user_id"]),
-        item_vocab.lookup(train["item_id"].to_numpy()), timestamps, max_history=settings.max_history,
+        users, item_vocab.lookup(train["item_id"].to_numpy()), timestamps, max_history=settings.max_history,
         example_age=settings.example_age and timestamps is not None,
         max_examples_per_user=settings.max_examples_per_user, seed=settings.seed + shard)
     if "example_age" in built and len(timestamps):  # rescale the shard's span to the log's (the in-memory one)
@@ -339,7 +345,11 @@ def prepare(settings: Settings, engine: Engine, order_request: str,
     settings.examples.mkdir(parents=True)
     built = engine.map(lambda shard: example_shard(settings, shard, span), list(range(settings.num_shards)))
     num_examples = sum(b["examples"] for b in built)
-    if decision.order != "none":
+    if decision.order == "none":
+        artifacts.write_json(settings.examples / set_examples.MANIFEST, {
+            "kind": "set", "num_examples": num_examples,
+            "files": [set_shard_file("", k).name for k in range(settings.num_shards)]})
+    else:
         shards.write_manifest(settings.examples, [shards.shard_file("", k).name for k in range(settings.num_shards)],
                               num_examples, settings.max_history, settings.example_age and "timestamp" in head)
     counts = {name: _append(settings, name, getattr(paths, f"{name}_data")) for name in PARTS}

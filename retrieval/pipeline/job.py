@@ -36,7 +36,7 @@ from retrieval.data import examples as examples_lib
 from retrieval.data import features as features_lib
 from retrieval.data import order as order_lib
 from retrieval.data import readers, shards, splits, streaming
-from retrieval.data.set_examples import SetExamples
+from retrieval.data.set_examples import SetExamples, SetShards
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.pipeline import gate, identity, provenance
@@ -275,9 +275,12 @@ class TrainingJob:
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
-        if "streaming" in (self.stages.summary("prepare") or {}) and not self._is_set_data():
-            examples = shards.ExampleShards.load(streaming.examples_dir(self.paths), c.data.shuffle_buffer)
-            logging.info("%d next-item examples streamed from %d shards", len(examples), len(examples.files))
+        if "streaming" in (self.stages.summary("prepare") or {}):
+            directory = streaming.examples_dir(self.paths)
+            examples = (SetShards.load(directory, c.model.max_history, c.data.history_keep) if self._is_set_data()
+                        else shards.ExampleShards.load(directory, c.data.shuffle_buffer))
+            logging.info("%d %s examples streamed from %d shards", len(examples),
+                         "set" if self._is_set_data() else "next-item", len(examples.files))
         else:
             examples = self._examples(*self._indexed_train(item_vocab, user_vocab))
         strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
