@@ -62,7 +62,8 @@ def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.La
 
 def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary, user_vocab: Vocabulary,
                 item_features: Optional[Mapping[str, np.ndarray]] = None,
-                user_features: Optional[Mapping[str, np.ndarray]] = None) -> TwoTowerModel:
+                user_features: Optional[Mapping[str, np.ndarray]] = None,
+                inference_history: Optional[int] = None) -> TwoTowerModel:
     """Builds the two-tower model described by ``model_config`` (see ``retrieval.models.default_config``).
 
     Args:
@@ -70,6 +71,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
       item_vocab, user_vocab: vocabularies of the training split (sizes, and item counts for samplers / log-Q).
       item_features, user_features: per-index feature tables aligned to the vocabularies, ``{name: array}``:
         integer ``[V]`` categorical, integer ``[V, M]`` multi-valued (0 = padding), float ``[V]``/``[V, k]`` numeric.
+      inference_history: the history cap of inference (the model's ``max_history``: validation, export); default
+        ``model_config.max_history``, the training cap (the pipeline passes ``inference_history`` for set data).
 
     Returns:
       An uncompiled ``TwoTowerModel`` (``training.fit`` compiles it).
@@ -105,4 +108,4 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
-                         temperature=c.temperature, max_history=c.max_history)
+                         temperature=c.temperature, max_history=inference_history or c.max_history)

@@ -37,8 +37,14 @@ def default_config() -> ml_collections.ConfigDict:
     config.temperature = 0.15
     # L2-normalise both towers' outputs, so the score is a cosine (exported metric "cosine", else "dot").
     config.l2_normalize = True
-    # Longest history the user tower sees (most recent first); the exported encoder pads/truncates to it.
+    # Longest history the user tower sees in training (most recent first); the exported encoder pads/truncates to it.
     config.max_history = 50
+    # Set data only (data.order=none): the longest history at inference (validation, evaluation, recommend, serving;
+    # the exported encoder's cap). Training draws random subsets of at most max_history items; inference pools more
+    # of the set, a lower-variance view of the same user (set-splits/ml-1m validation recall@20, same weights: 0.2601
+    # at 50, 0.2621 at 100, 0.2628 at 200, 0.2629 at 400). Sequences always infer from the most recent max_history
+    # items, as they were trained. 0: max_history.
+    config.inference_history = 200
     # Seed of the initialisers and samplers (the pipelines set it from the top-level `seed`).
     config.seed = 42
 

@@ -287,7 +287,8 @@ class TrainingJob:
                                              ps_min_shard_bytes=c.train.ps_min_shard_bytes)
         with strategy.scope():
             model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
-                                self._features("user", user_vocab))
+                                self._features("user", user_vocab),
+                                inference_history=c.model.inference_history if self._is_set_data() else None)
         previous = self.model_dir.latest() if c.publish.warm_start else None
         if previous is not None and not any(self.paths.checkpoints.glob("ckpt*")):
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in

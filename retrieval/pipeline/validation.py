@@ -90,6 +90,7 @@ RULES: dict[str, Rule] = {
     "model.temperature": number(0, low_open=True),
     "model.l2_normalize": flag(),
     "model.max_history": integer(1),
+    "model.inference_history": integer(0),
     "model.seed": SEED,
     "model.item_tower.id_embedding_dim": DIM,
     "model.item_tower.feature_embedding_dim": DIM,
