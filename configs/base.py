@@ -120,8 +120,9 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.eval.ease_lambda = 500.0
     # Bootstrap resamples over users for the 95% intervals (0: none).
     config.eval.bootstrap = 200
-    # Evaluate a seeded uniform sample of this many test users (0: all). For logs larger than memory: only the
-    # sample's rows are read; item_knn and ease are then skipped (they need the whole user x item matrix).
+    # Evaluate a seeded uniform sample of this many test users (0: all), and early-stop on as many validation users.
+    # For logs larger than memory: only the sample's rows are read; item_knn and ease are then skipped (they need
+    # the whole user x item matrix).
     config.eval.max_users = 0
 
     config.index = ml_collections.ConfigDict()

@@ -116,7 +116,7 @@ def test_user_sample_reads_only_sampled_rows_and_equals_evaluating_those_users(r
     from retrieval.evaluation import loading
 
     paths, _ = run
-    sample = runs._user_sample(paths.test_data, 20, seed=5)
+    sample = runs.user_sample(paths.test_data, 20, seed=5)
     test = pd.read_parquet(paths.test_data)
     test[test.user_id.isin(sample)].to_parquet(tmp_path / "sampled_test.parquet", index=False)
     settings = dict(ks=(5,), n_bootstrap=0, seed=5, write=False, baselines=("most_popular", "item_knn", "ease"))
@@ -132,4 +132,4 @@ def test_user_sample_reads_only_sampled_rows_and_equals_evaluating_those_users(r
         assert sampled[key] == pytest.approx(reference[key], abs=1e-12), key
     assert sampled["protocol/skipped_baselines"] == ["item_knn", "ease"]
     assert "20 test users" in sampled["protocol/user_sample"]
-    assert runs._user_sample(paths.test_data, 10_000, seed=5) is None  # no more users than asked: all of them
+    assert runs.user_sample(paths.test_data, 10_000, seed=5) is None  # no more users than asked: all of them

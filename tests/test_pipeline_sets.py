@@ -92,18 +92,24 @@ def test_set_histories_are_random_subsets_in_the_run(set_run):
     assert descending.mean() < 0.1 and len(ids) > 1000
 
 
-def test_early_stopping_watches_the_evaluation_protocol_on_validation(sorted_lines, tmp_path):
+@pytest.mark.parametrize("max_users", [0, 100])
+def test_early_stopping_watches_the_evaluation_protocol_on_validation(sorted_lines, tmp_path, max_users):
     """With a validation file, training early-stops on validation recall@20 computed as the evaluation computes it:
-    the best value it logged equals the evaluation of the kept (best) weights on that same file."""
+    the best value it logged equals the evaluation of the kept (best) weights on that same file; with a user sample
+    (eval.max_users), on the same sampled users."""
     lines = sorted_lines.read_text().splitlines()
     train, valid = tmp_path / "train.txt", tmp_path / "valid.txt"
     train.write_text("\n".join(" ".join(line.split()[:-2]) for line in lines) + "\n")
     valid.write_text("\n".join(" ".join(line.split()[:1] + line.split()[-2:]) for line in lines) + "\n")
     job = TrainingJob(_config(train, **{"data.split": "files", "data.order": "none", "data.test_path": str(valid),
                                         "data.validation_path": str(valid), "train.epochs": 6,
-                                        "train.early_stopping_patience": 2}), str(tmp_path / "out"), "early")
+                                        "train.early_stopping_patience": 2, "eval.max_users": max_users}),
+                      str(tmp_path / "out"), "early")
     job.run()
     summary = job.stages.summary("train")
-    assert 1 <= summary["best_epoch"] <= 6 and summary["best_metric"] > 0.2
+    assert 1 <= summary["best_epoch"] <= 6
+    if not max_users:  # learning is checked on every user; the sample checks that both sides use the same users
+        assert summary["best_metric"] > 0.2
     metrics = artifacts.read_json(job.paths.metrics)
+    assert ("protocol/user_sample" in metrics) == bool(max_users)
     assert metrics["recall@20"] == pytest.approx(summary["best_metric"], abs=1e-6)

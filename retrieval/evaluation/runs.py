@@ -46,12 +46,12 @@ def _settings(run_dir, **given) -> dict:
     return settings
 
 
-def _user_sample(test_path, max_users: int, seed: int) -> Optional[np.ndarray]:
-    """A seeded uniform sample of ``max_users`` test users (None: evaluate all of them), read from the user column
-    only, so that a test table larger than memory is never loaded whole."""
+def user_sample(path, max_users: int, seed: int) -> Optional[np.ndarray]:
+    """A seeded uniform sample of ``max_users`` users of the run's table at ``path`` (test or validation data;
+    None: all of them), read from the user column only, so that a table larger than memory is never loaded whole."""
     if max_users <= 0:
         return None
-    users = pc.unique(ds.dataset(str(test_path), format="parquet").to_table(columns=["user_id"]).column("user_id"))
+    users = pc.unique(ds.dataset(str(path), format="parquet").to_table(columns=["user_id"]).column("user_id"))
     if len(users) <= max_users:
         return None
     chosen = np.sort(np.random.default_rng(seed).choice(len(users), max_users, replace=False))
@@ -114,7 +114,7 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
     paths = artifacts.RunPaths(run_dir)
     settings = _settings(run_dir, ks=ks, exclude_train=exclude_train, baselines=baselines, bootstrap=n_bootstrap,
                          seed=seed, max_users=max_users)
-    sample = None if test_path else _user_sample(paths.test_data, settings["max_users"], settings["seed"])
+    sample = None if test_path else user_sample(paths.test_data, settings["max_users"], settings["seed"])
     if sample is None:
         train = loading.read_interactions(paths.train_data, "training data")
         test = loading.read_interactions(test_path or paths.test_data, "test data")

@@ -318,17 +318,22 @@ class TrainingJob:
 
     def _validation_fn(self, model, item_vocab: Vocabulary, user_vocab: Vocabulary):
         """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation
-        data or patience."""
+        data or patience; on the user sample of ``eval.max_users`` when set (only those users' rows are read)."""
+        from retrieval.evaluation import loading, runs
         from retrieval.evaluation.validation import recall_fn
 
-        t = self.config.train
-        if t.early_stopping_patience <= 0 or not self.paths.validation_data.exists():
+        t, paths = self.config.train, self.paths
+        if t.early_stopping_patience <= 0 or not paths.validation_data.exists():
             return None
-        validation = pd.read_parquet(self.paths.validation_data)
+        sample = runs.user_sample(paths.validation_data, self.config.eval.max_users, self.config.seed)
+        if sample is None:
+            train, validation = pd.read_parquet(paths.train_data), pd.read_parquet(paths.validation_data)
+        else:
+            train = loading.read_users_interactions(paths.train_data, sample, "training data")
+            validation = loading.read_users_interactions(paths.validation_data, sample, "validation data")
         if validation.empty:
             return None
-        return recall_fn(model, pd.read_parquet(self.paths.train_data), validation, item_vocab, user_vocab,
-                         k=t.eval_k)
+        return recall_fn(model, train, validation, item_vocab, user_vocab, k=t.eval_k)
 
     def _train_item2vec(self) -> dict:
         self._model = self._item2vec_vectors()
