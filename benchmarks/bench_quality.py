@@ -153,7 +153,7 @@ def _row(dataset: str, name: str, metrics: dict, prefix: str, protocol: str, ext
         if low is not None:
             row[f"{metric} 95% CI"] = f"[{low:.4f}, {high:.4f}]"
     row["users"] = metrics.get("count/eval_users")
-    row.update({k: (round(v, 1) if isinstance(v, float) else v) for k, v in (extra or {}).items()})
+    row.update({k: (round(v, 1) if k.endswith("_s") else v) for k, v in (extra or {}).items()})  # seconds
     row["protocol"] = f"{protocol}; {metrics.get('protocol', '')}; {MEASURES}"
     row["published"] = PUBLISHED.get(dataset, "")
     return row
@@ -189,8 +189,19 @@ def run_dataset(dataset: str, tmp: Path, smoke: bool = False) -> list[dict]:
         rows.append(_row(dataset, name, metrics, "", protocol, extra))
     for baseline in BASELINES:
         if f"baseline/{baseline}/recall@20" in metrics:
-            rows.append(_row(dataset, baseline.replace("_", "-"), metrics, f"baseline/{baseline}/", protocol))
+            rows.append(_row(dataset, baseline.replace("_", "-"), metrics, f"baseline/{baseline}/", protocol,
+                             _paired(metrics, baseline)))
     return rows
+
+
+def _paired(metrics: dict, baseline: str) -> dict:
+    """The last model minus ``baseline``, per user on the same users: recall@20 difference, 95% CI, p-value."""
+    key = f"paired/{baseline}/recall@20_"
+    if key + "diff" not in metrics:
+        return {}
+    return {"model minus this, recall@20": round(metrics[key + "diff"], 4),
+            "its 95% CI": f"[{metrics[key + 'diff_ci_low']:.4f}, {metrics[key + 'diff_ci_high']:.4f}]",
+            "p": round(metrics[key + "p_value"], 4)}
 
 
 def run(smoke: bool, datasets: tuple = ALL) -> list[dict]:
