@@ -1,6 +1,7 @@
 """Batch inference: the top-k items for every user of a run (or for a given list of users), as Parquet.
 
     python -m pipelines.recommend --run_dir=artifacts/two_tower/latest --k=100 --output=recs.parquet [--users=ids.txt]
+    python -m pipelines.recommend --run_dir=... --output=recs/ --sharded   # recs/part-00000.parquet, ... per chunk
 
 Output columns: ``user_id`` (string), ``item_ids`` (list<string>, original ids, best first), ``scores``
 (list<float32>). Training items are excluded by default. Exit codes: see ``retrieval.cli``.
@@ -19,7 +20,9 @@ from retrieval.pipeline import locations
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
                                "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")
 _K = flags.DEFINE_integer("k", 100, "Number of items per user.")
-_OUTPUT = flags.DEFINE_string("output", None, "Parquet file to write (atomically).")
+_OUTPUT = flags.DEFINE_string("output", None, "Parquet file to write (atomically), or with --sharded a directory.")
+_SHARDED = flags.DEFINE_bool("sharded", False, "Write --output as a directory of Parquet files, one per chunk of "
+                             "--chunk_users users (part-00000.parquet, ...), replaced atomically, instead of one file.")
 _USERS = flags.DEFINE_string("users", None, "Optional user list: a csv/tsv/parquet file with a user_id column or a "
                              "text file with one id per line. Default: every user of the training data.")
 _CHUNK_USERS = flags.DEFINE_integer("chunk_users", 65_536, "Users encoded, ranked and written (one Parquet row "
@@ -41,13 +44,16 @@ def main(argv: Sequence[str]) -> None:
     locations.check_input(_RUN_DIR.value, "run_dir", kind="dir")
     if _USERS.value:
         locations.check_input(_USERS.value, "users")
-    locations.check_output_file(_OUTPUT.value, "output")
+    if _SHARDED.value:
+        locations.check_writable_dir(_OUTPUT.value, "output")
+    else:
+        locations.check_output_file(_OUTPUT.value, "output")
     from retrieval.evaluation import inference  # TensorFlow loads only now: --help and flag errors stay instant
 
     users = inference.read_user_list(_USERS.value) if _USERS.value else None
     tables = inference.recommend_chunks(_RUN_DIR.value, k=_K.value, user_ids=users,
                                         exclude_train=not _INCLUDE_TRAIN.value, chunk_users=_CHUNK_USERS.value)
-    written = inference.write_recommendations(tables, _OUTPUT.value)
+    written = inference.write_recommendations(tables, _OUTPUT.value, sharded=_SHARDED.value)
     print(f"wrote top-{_K.value} items for {written} users to {_OUTPUT.value}")
 
 

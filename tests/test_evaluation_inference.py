@@ -68,3 +68,17 @@ def test_chunked_recommendations_stream_into_row_groups_with_the_same_rows(run, 
     assert chunked.column("item_ids").to_pylist() == whole.column("item_ids").to_pylist()
     np.testing.assert_allclose(chunked.column("scores").combine_chunks().flatten().to_numpy(),
                                whole.column("scores").combine_chunks().flatten().to_numpy(), rtol=1e-5)
+
+
+def test_sharded_recommendations_write_one_file_per_chunk_and_replace_the_old_directory(run, tmp_path):
+    whole = inference.recommend(run.root, k=7)
+    out = tmp_path / "recs"
+    out.mkdir()
+    (out / "part-00099.parquet").write_text("from an earlier run")
+    written = inference.write_recommendations(inference.recommend_chunks(run.root, k=7, chunk_users=3), out,
+                                              sharded=True)
+    parts = sorted(p.name for p in out.iterdir())
+    assert written == whole.num_rows and parts == [f"part-{i:05d}.parquet" for i in range(-(-whole.num_rows // 3))]
+    sharded = pq.read_table(out)
+    assert sharded.column("user_id").to_pylist() == whole.column("user_id").to_pylist()
+    assert sharded.column("item_ids").to_pylist() == whole.column("item_ids").to_pylist()

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -41,5 +42,13 @@ def test_recommend_cli_and_input_errors(run_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     table = pq.read_table(out).to_pydict()
     assert table["user_id"] == ["u01", "u02"] and [len(x) for x in table["item_ids"]] == [3, 3]
+    shards = tmp_path / "recs"
+    done = _run("pipelines.recommend", f"--run_dir={run_dir}", "--k=3", f"--output={shards}", "--sharded",
+                "--chunk_users=1", f"--users={tmp_path / 'users.txt'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in shards.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    sharded = pq.read_table(shards).to_pydict()
+    assert sharded["user_id"] == table["user_id"] and sharded["item_ids"] == table["item_ids"]
+    np.testing.assert_allclose(sharded["scores"], table["scores"], rtol=1e-5)  # other batch sizes, other rounding
     bad = _run("pipelines.evaluate", f"--run_dir={tmp_path / 'missing'}", "--ks=5,x")
     assert bad.returncode == 2 and "field 'ks'" in bad.stderr

@@ -98,13 +98,21 @@ def _to_table(users: np.ndarray, idx: np.ndarray, scores: np.ndarray, item_ids: 
     }, schema=SCHEMA)
 
 
-def write_recommendations(tables: pa.Table | Iterable[pa.Table], path) -> int:
-    """Writes a recommendations table, or a stream of them (one Parquet row group each, e.g. from
-    :func:`recommend_chunks`), to one Parquet file atomically; returns the number of users written."""
+def write_recommendations(tables: pa.Table | Iterable[pa.Table], path, sharded: bool = False) -> int:
+    """Writes a recommendations table, or a stream of them (e.g. from :func:`recommend_chunks`), atomically; returns
+    the number of users written. One Parquet file with a row group per table, or with ``sharded`` a directory of
+    ``part-00000.parquet``, ``part-00001.parquet``, ... (one file per table: what a distributed reader splits on)."""
     tables = [tables] if isinstance(tables, pa.Table) else tables
     count = 0
-    with artifacts.atomic_path(path) as tmp, pq.ParquetWriter(tmp, SCHEMA) as writer:
-        for table in tables:
-            writer.write_table(table)
-            count += table.num_rows
+    with artifacts.atomic_path(path) as tmp:
+        if sharded:
+            tmp.mkdir()
+            for number, table in enumerate(tables):
+                pq.write_table(table, tmp / f"part-{number:05d}.parquet")
+                count += table.num_rows
+            return count
+        with pq.ParquetWriter(tmp, SCHEMA) as writer:
+            for table in tables:
+                writer.write_table(table)
+                count += table.num_rows
     return count
