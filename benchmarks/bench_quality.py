@@ -68,7 +68,7 @@ ML100K_VARIANTS = [
     ("in-batch, no log-Q", "two_tower", {"model.objective.log_q": "none"}),
     ("Item2Vec (user = mean of history)", "item2vec", {}),
 ]
-MAX_EPOCHS, PATIENCE = 60, 4
+MAX_EPOCHS, PATIENCE = 60, 8  # the patience of configs/two_tower.py (see there why 8)
 
 
 def _config(module: str, settings: dict):

@@ -53,8 +53,11 @@ def get_config():
     config.data.history_keep = 0.5
     config.train.learning_rate = 0.002
     # Without validation data, 8 epochs (the bundled data: recall@20 0.240 at 8, 0.223 at 20: the next-item model
-    # overfits there). With validation data, stop after 4 epochs without a better validation recall@20 (best
-    # weights kept); give a tuning run room, e.g. --config.train.epochs=60 (set-splits/ml-1m peaks at epoch 21).
+    # overfits there). With validation data, stop after 8 epochs without a better validation recall@20 (best
+    # weights kept); give a tuning run room, e.g. --config.train.epochs=60. Validation recall moves +-0.003 from one
+    # epoch to the next on a plateau (set-splits/ml-1m: epochs ~12-25), and a patience of 4 once stopped at epoch 8;
+    # on a 20% per-user holdout of ml-1m's train + valid (the test file untouched), 8 epochs reach recall@20 0.2397,
+    # 12 reach 0.2428 and 20 reach 0.2418.
     config.train.epochs = 8
-    config.train.early_stopping_patience = 4
+    config.train.early_stopping_patience = 8
     return config
