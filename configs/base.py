@@ -95,8 +95,9 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.min_item_count = 1
     # Out-of-core prepare (retrieval/data/streaming.py): "on", "off" or "auto" (on for a log of at least
     # streaming_min_mb). The log is scanned in record batches and partitioned by hash(user) into num_shards shards,
-    # each split and turned into TFRecord example shards alone: peak memory follows the shard, not the log.
-    # Splits leave_last_n and random; csv, tsv, parquet logs.
+    # each split and turned into example shards alone (next-item TFRecords, or set data's pairs, whose histories are
+    # drawn in training): peak memory follows the shard, not the log. Splits leave_last_n and random; csv, tsv,
+    # parquet logs. Pair it with eval.max_users so that evaluation reads a user sample, not the whole log.
     config.data.streaming = "auto"
     config.data.streaming_min_mb = 512
     config.data.num_shards = 16
