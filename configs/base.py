@@ -31,9 +31,9 @@ def two_tower_config(name: str) -> ml_collections.ConfigDict:
     # Cap next-item examples per user (most recent kept) so heavy users do not dominate; 0: no cap.
     config.data.max_examples_per_user = 0
     config.model = default_model_config()
-    config.model.seed = config.seed
+    config.model.seed = config.get_ref("seed")  # a reference: --config.seed reseeds the model and training too
     config.train = default_train_config()
-    config.train.seed = config.seed
+    config.train.seed = config.get_ref("seed")
     return config
 
 

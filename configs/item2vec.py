@@ -21,7 +21,7 @@ def get_config():
     # Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".
     config.model_type = "item2vec"
     config.item2vec = default_item2vec_config()
-    config.item2vec.seed = config.seed
+    config.item2vec.seed = config.get_ref("seed")  # a reference: --config.seed reseeds training too
     config.model = ml_collections.ConfigDict()
     # History length of the exported user encoder: a user is the mean of her last max_history item vectors. Short
     # is better for co-occurrence vectors: next-item recall@20 on MovieLens-100K (leave-last-one-out, full ranking)

@@ -79,4 +79,6 @@ def test_a_run_recorded_without_a_fingerprint_is_compared_key_by_key(log, tmp_pa
     del manifest["fingerprint"]
     artifacts.write_json(job.paths.manifest, manifest)
     assert identity.changes(job.paths, identity.RunIdentity.of(config(log))) == []
-    assert identity.changes(job.paths, identity.RunIdentity.of(config(log, seed=7))) == ["seed 42 -> 7"]
+    # the model's and the trainer's seeds reference the top-level one
+    assert identity.changes(job.paths, identity.RunIdentity.of(config(log, seed=7))) == [
+        "model.seed 42 -> 7", "seed 42 -> 7", "train.seed 42 -> 7"]

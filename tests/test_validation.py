@@ -79,6 +79,18 @@ def test_every_shipped_config_key_has_a_rule_and_the_defaults_pass(name):
     assert validation.config_problems(config) == []
 
 
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_top_level_seed_on_the_command_line_reseeds_every_section(name):
+    """--config.seed=N (set as config_flags sets an override) reaches the model's, the trainer's (and Item2Vec's)
+    seeds: they reference it."""
+    from ml_collections.config_flags import config_path
+
+    config = importlib.import_module(f"configs.{name}").get_config()
+    config_path.set_value("seed", config, 7)
+    seeds = {key: value for key, value in validation.flatten(config.to_dict()) if key.split(".")[-1] == "seed"}
+    assert len(seeds) >= 2 and set(seeds.values()) == {7}, seeds
+
+
 @pytest.mark.parametrize("name,key", every_key())
 def test_every_key_rejects_bad_values_naming_the_key(name, key):
     config = shipped(name)
