@@ -27,6 +27,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from absl import logging
 
@@ -170,6 +171,24 @@ def read_interactions(path: str | os.PathLike, format: str = "auto",
         frame = _read_columns(path, format, [c for c in wanted if c in available], (columns.user, columns.item))
     validate.require_rows(frame, path)
     return _canonical(frame, columns, path)
+
+
+def read_run_interactions(path: str | os.PathLike, user_ids: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """A run's own canonical interaction table (``data/*.parquet``, written by its prepare stage): the columns
+    ``user_id``, ``item_id`` and ``timestamp`` it has, ids as strings. With ``user_ids``, only those users' rows, by a
+    filtered scan (memory holds them, not the table). Raises ``InputError`` when the file cannot be read; callers tell
+    it as a damaged artifact of the run (``validate.internal_artifact``)."""
+    try:
+        names = pq.read_schema(path).names
+        wanted = None if user_ids is None else [("user_id", "in", [str(u) for u in user_ids])]
+        frame = pq.read_table(path, columns=[c for c in ("user_id", "item_id", "timestamp") if c in names],
+                              filters=wanted).to_pandas()
+    except (OSError, pa.ArrowInvalid) as e:
+        raise InputError(f"cannot read it ({e})", path=str(path)) from None
+    for column in ("user_id", "item_id"):
+        if column in frame:
+            frame[column] = frame[column].astype(str)
+    return frame
 
 
 def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",

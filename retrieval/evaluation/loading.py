@@ -17,8 +17,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts, export
@@ -53,21 +51,15 @@ def read_interactions(path, what: str) -> pd.DataFrame:
 
 def read_users_interactions(path, user_ids: Sequence[str], what: str) -> pd.DataFrame:
     """The rows of ``user_ids`` in a run's own interaction table (``data/*.parquet``), by a filtered scan of the
-    file: memory holds those users' rows, not the table (what lets evaluation and batch inference run on logs larger
-    than memory)."""
+    file (``readers.read_run_interactions``): memory holds those users' rows, not the table (what lets evaluation
+    and batch inference run on logs larger than memory)."""
     if not Path(path).exists():
         raise InputError(f"{what} not found", path=str(path))
     try:
-        names = pq.read_schema(path).names
-        validate.require_columns(names, ["user_id", "item_id"], str(path))
-        table = pq.read_table(path, columns=[c for c in ("user_id", "item_id", "timestamp") if c in names],
-                              filters=[("user_id", "in", [str(u) for u in user_ids])])
-    except (OSError, pa.ArrowInvalid, InputError) as e:
-        error = e if isinstance(e, InputError) else InputError(f"cannot read it ({e})")
-        raise validate.internal_artifact(error, path, f"the run's {what}") from None
-    frame = table.to_pandas()
-    for column in ("user_id", "item_id"):
-        frame[column] = frame[column].astype(str)
+        frame = readers.read_run_interactions(path, user_ids)
+        validate.require_columns(frame.columns, ["user_id", "item_id"], str(path))
+    except InputError as e:
+        raise validate.internal_artifact(e, path, f"the run's {what}") from None
     return frame
 
 

@@ -12,11 +12,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from retrieval.artifacts import PathLike
-from retrieval.data import validate
+from retrieval.data import readers, validate
 from retrieval.errors import InputError
 from retrieval.index.idmap import IdMap
 
@@ -51,14 +49,7 @@ class UserHistories:
         """From a run's ``data/train.parquet``; with ``user_ids``, only those users' rows are read (a filtered scan:
         memory holds the sample, not the table)."""
         try:
-            schema = pq.read_schema(path)
-            columns = [c for c in ("user_id", "item_id", "timestamp") if c in schema.names]
-            wanted = None if user_ids is None else [("user_id", "in", [str(u) for u in user_ids])]
-            frame = pq.read_table(path, columns=columns, filters=wanted).to_pandas()
-        except (OSError, pa.ArrowInvalid) as e:
-            raise validate.internal_artifact(InputError(f"cannot read it ({e})"), path, "the training data") from None
-        try:
-            return cls.from_frame(frame, id_map)
+            return cls.from_frame(readers.read_run_interactions(path, user_ids), id_map)
         except InputError as e:
             raise validate.internal_artifact(e, path, "the training data") from None
 
