@@ -275,12 +275,13 @@ class TrainingJob:
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
+        sets = self._is_set_data()
         if "streaming" in (self.stages.summary("prepare") or {}):
             directory = streaming.examples_dir(self.paths)
-            examples = (SetShards.load(directory, c.model.max_history, c.data.history_keep) if self._is_set_data()
+            examples = (SetShards.load(directory, c.model.max_history, c.data.history_keep) if sets
                         else shards.ExampleShards.load(directory, c.data.shuffle_buffer))
-            logging.info("%d %s examples streamed from %d shards", len(examples),
-                         "set" if self._is_set_data() else "next-item", len(examples.files))
+            logging.info("%d %s examples streamed from %d shards", len(examples), "set" if sets else "next-item",
+                         len(examples.files))
         else:
             examples = self._examples(*self._indexed_train(item_vocab, user_vocab))
         strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
@@ -288,8 +289,8 @@ class TrainingJob:
         with strategy.scope():
             model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
                                 self._features("user", user_vocab),
-                                inference_history=c.model.inference_history if self._is_set_data() else None)
-        previous = self.model_dir.latest() if c.publish.warm_start else None
+                                inference_history=c.model.inference_history if sets else None)
+        previous = self._warm_start_source()  # the run whose vocabularies the prepare stage kept stable
         if previous is not None and not any(self.paths.checkpoints.glob("ckpt*")):
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in
             warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
