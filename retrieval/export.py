@@ -132,12 +132,13 @@ def read_item_embeddings(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
 def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: Vocabulary,
                      run_dir: Union[PathLike, RunPaths]) -> dict:
     """Writes ``user_tower/`` and ``item_embeddings.parquet`` of a run; returns the manifest fields they imply
-    (``metric``, ``max_history``, ``dimension``)."""
+    (``metric``, ``max_history``, ``inference_part_size``, ``dimension``)."""
     paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
     export_user_tower(model, item_vocab, user_vocab, paths.user_tower)
     vectors = model.catalogue_vectors()
     write_item_embeddings(paths.item_embeddings, item_vocab.ids[NUM_RESERVED:], vectors)
-    return {"metric": model.metric, "max_history": model.max_history, "dimension": int(vectors.shape[1])}
+    return {"metric": model.metric, "max_history": model.max_history, "inference_part_size": model.inference_part_size,
+            "dimension": int(vectors.shape[1])}
 
 
 def pad_histories(histories: Sequence[Sequence[str]], max_history: int) -> np.ndarray:

@@ -189,7 +189,7 @@ def test_resume_continues_the_same_run(planted, tmp_path):
 def test_export_round_trip(planted, tmp_path):
     _, _, _, vocab, vectors = planted
     fields = item2vec.export_item2vec(vectors, vocab, tmp_path, max_history=4)
-    assert fields == {"metric": "cosine", "max_history": 4, "dimension": 16}
+    assert fields == {"metric": "cosine", "max_history": 4, "inference_part_size": 0, "dimension": 16}
     ids, stored = read_item_embeddings(tmp_path / "item_embeddings.parquet")
     assert list(ids) == list(vocab.ids[2:])
     np.testing.assert_array_equal(stored, vectors[2:])

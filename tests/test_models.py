@@ -10,7 +10,7 @@ from retrieval import losses
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import build_model, default_config
-from retrieval.models.layers import Initializers, masked_mean
+from retrieval.models.layers import Initializers, interleaved_parts, masked_mean
 from retrieval.models.towers import ItemTower
 from retrieval.sampling.frequency import static_log_q
 
@@ -107,6 +107,38 @@ def test_masked_mean_ignores_masked_positions_and_empty_rows_are_zero():
     out = masked_mean(tf.constant(x), tf.constant(mask)).numpy()
     np.testing.assert_allclose(out[0], (x[0, 0] + x[0, 2]) / 2)
     np.testing.assert_allclose(out[1], 0.0)
+
+
+def test_interleaved_parts_deal_the_valid_items_round_robin():
+    history = np.array([[5, 6, 7, 8, 9, 10, 11], [5, 1, 6, 0, 7, 0, 0], [0, 0, 0, 0, 0, 0, 0]], np.int32)
+    parts, used = interleaved_parts(tf.constant(history), 3)
+    # 7 items -> 3 parts (r mod 3, slot r div 3); 3 valid items fit one part; an empty history uses one empty part
+    np.testing.assert_array_equal(parts.numpy()[0], [[5, 8, 11], [6, 9, 0], [7, 10, 0]])
+    np.testing.assert_array_equal(parts.numpy()[1], [[5, 6, 7], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(parts.numpy()[2], 0)
+    np.testing.assert_array_equal(used.numpy(), [[True, True, True], [True, False, False], [True, False, False]])
+
+
+@pytest.mark.parametrize("l2_normalize", [True, False])
+def test_user_vectors_average_the_towers_vectors_of_the_parts(vocabs, l2_normalize):
+    """Reference: the tower run on each part by hand; a history that fits one part is pooled as a whole."""
+    config = small_config()
+    config.l2_normalize = l2_normalize
+    plain = build_model(config, *vocabs)
+    parted = build_model(config, *vocabs, inference_part_size=2)
+    user, history = tf.constant([3, 4]), tf.constant([[5, 6, 7, 8, 9], [5, 6, 0, 0, 0]])
+    plain.user_vectors(user, history)
+    parted.user_vectors(user, history)
+    parted.set_weights(plain.get_weights())
+    tower = [plain.user_vectors(tf.constant([3]), tf.constant([part])).numpy()[0]
+             for part in ([5, 8, 0], [6, 9, 0], [7, 0, 0])]
+    expected = np.mean(tower, axis=0)
+    if l2_normalize:
+        expected /= np.linalg.norm(expected)
+    out = parted.user_vectors(user, history).numpy()
+    np.testing.assert_allclose(out[0], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[1], plain.user_vectors(user, history).numpy()[1], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(out[0], plain.user_vectors(user, history).numpy()[0], atol=1e-4)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "attention"])

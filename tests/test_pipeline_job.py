@@ -77,6 +77,7 @@ def test_run_publishes_every_artifact(log_path, tmp_path):
     manifest = artifacts.read_json(paths.manifest)
     assert manifest["status"] == "published" and manifest["model_type"] == "two_tower"
     assert manifest["max_history"] == 10  # sequences infer from what they trained on (not model.inference_history)
+    assert manifest["inference_part_size"] == 0  # and pool it whole
     assert set(manifest["stage_seconds"]) >= {"prepare", "train", "export", "evaluate", "index", "gate", "publish"}
     assert manifest["packages"]["tensorflow"].startswith("2.21")
     assert list(manifest["data_fingerprint"].values())[0]

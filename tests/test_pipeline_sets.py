@@ -52,6 +52,7 @@ def test_sorted_lines_are_learned_as_sets_without_a_flag(set_run):
     manifest = artifacts.read_json(job.paths.manifest)
     assert manifest["data_order"]["order"] == "none" and manifest["data_order"]["source"] == "detected"
     assert manifest["max_history"] == job.config.model.inference_history == 200  # inference pools more of the set
+    assert manifest["inference_part_size"] == 10  # in parts of a training draw's size: max_history 20 * keep 0.5
     metrics = artifacts.read_json(job.paths.metrics)
     assert "order: none" in metrics["protocol"]
     popular = metrics["baseline/most_popular/recall@20"]

@@ -63,7 +63,7 @@ def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.La
 def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary, user_vocab: Vocabulary,
                 item_features: Optional[Mapping[str, np.ndarray]] = None,
                 user_features: Optional[Mapping[str, np.ndarray]] = None,
-                inference_history: Optional[int] = None) -> TwoTowerModel:
+                inference_history: Optional[int] = None, inference_part_size: int = 0) -> TwoTowerModel:
     """Builds the two-tower model described by ``model_config`` (see ``retrieval.models.default_config``).
 
     Args:
@@ -73,6 +73,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         integer ``[V]`` categorical, integer ``[V, M]`` multi-valued (0 = padding), float ``[V]``/``[V, k]`` numeric.
       inference_history: the history cap of inference (the model's ``max_history``: validation, export); default
         ``model_config.max_history``, the training cap (the pipeline passes ``inference_history`` for set data).
+      inference_part_size: 0, or the size of the parts inference deals a longer history into (the pipeline passes
+        it for set data; see ``TwoTowerModel``).
 
     Returns:
       An uncompiled ``TwoTowerModel`` (``training.fit`` compiles it).
@@ -108,4 +110,5 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
-                         temperature=c.temperature, max_history=inference_history or c.max_history)
+                         temperature=c.temperature, max_history=inference_history or c.max_history,
+                         inference_part_size=inference_part_size)

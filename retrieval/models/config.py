@@ -45,6 +45,14 @@ def default_config() -> ml_collections.ConfigDict:
     # at 50, 0.2621 at 100, 0.2628 at 200, 0.2629 at 400). Sequences always infer from the most recent max_history
     # items, as they were trained. 0: max_history.
     config.inference_history = 200
+    # Set data only: at inference, a history of more than this many items is dealt into parts of at most this many,
+    # and the user vector averages the parts' vectors (TwoTowerModel.user_vectors): the tower then pools histories of
+    # the size it was trained on. 0: the expected size of a training draw, max_history * data.history_keep; a value
+    # >= inference_history pools the whole history at once. On a 20% per-user holdout of set-splits/ml-1m's train +
+    # valid, the same weights rank at recall@20 0.2463 (NDCG@20 0.2611) in parts of 25, against 0.2425 (0.2514)
+    # pooled whole; the gain is on users with 50+ items, where one pool of all items lost to EASE^R. Parts of 15 and
+    # 50 measured 0.2454 and 0.2445.
+    config.inference_part_size = 0
     # Seed of the initialisers and samplers (the pipelines set it from the top-level `seed`).
     config.seed = 42
 

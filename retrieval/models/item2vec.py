@@ -207,7 +207,8 @@ def export_item2vec(vectors: np.ndarray, item_vocab: Vocabulary, run_paths: Unio
                     max_history: int, metric: str = "cosine") -> dict:
     """Writes a run's ``item_embeddings.parquet`` (vectors of indices 2..) and ``user_tower/`` (a ``serving_default``
     SavedModel whose user vector is the mean of the history's item vectors; ``export_mean_pooling_encoder``).
-    Returns the manifest fields this implies: ``metric``, ``max_history``, ``dimension``."""
+    Returns the manifest fields this implies: ``metric``, ``max_history``, ``inference_part_size`` (0: the mean of
+    the whole history), ``dimension``."""
     vectors = np.asarray(vectors, np.float32)
     if vectors.ndim != 2 or len(vectors) != item_vocab.size:
         raise InputError(f"need [{item_vocab.size}, d] vectors by vocabulary index, got shape {vectors.shape}")
@@ -215,7 +216,8 @@ def export_item2vec(vectors: np.ndarray, item_vocab: Vocabulary, run_paths: Unio
     item_ids = item_vocab.ids[NUM_RESERVED:]
     write_item_embeddings(paths.item_embeddings, item_ids, vectors[NUM_RESERVED:])
     export_mean_pooling_encoder(item_ids, vectors[NUM_RESERVED:], paths.user_tower, max_history, metric)
-    return {"metric": metric, "max_history": int(max_history), "dimension": int(vectors.shape[1])}
+    return {"metric": metric, "max_history": int(max_history), "inference_part_size": 0,
+            "dimension": int(vectors.shape[1])}
 
 
 class PretrainedInitializer(tf.keras.initializers.Initializer):

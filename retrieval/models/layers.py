@@ -96,6 +96,23 @@ def masked_mean(embeddings: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     return total / tf.maximum(tf.reduce_sum(weights, axis=-2), 1.0)
 
 
+def interleaved_parts(history: tf.Tensor, part_size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Deals each row's valid items (``history`` [B, H], indices >= ``MASK_BELOW``) round-robin into ``k = max(1,
+    ceil(n / part_size))`` parts of at most ``part_size`` items: the r-th valid item goes to part ``r mod k``, slot
+    ``r div k``. Returns the parts [B, ceil(H / part_size), part_size] (padded with 0) and which of them a row
+    uses [B, ceil(H / part_size)] (a row with no valid item uses one, empty, part)."""
+    history = tf.cast(history, tf.int32)
+    valid = history >= MASK_BELOW
+    count = tf.reduce_sum(tf.cast(valid, tf.int32), axis=1)
+    used = tf.maximum(1, (count + part_size - 1) // part_size)[:, tf.newaxis]
+    rank = tf.cumsum(tf.cast(valid, tf.int32), axis=1, exclusive=True)
+    rows = tf.broadcast_to(tf.range(tf.shape(history)[0])[:, tf.newaxis], tf.shape(history))
+    where = tf.boolean_mask(tf.stack([rows, rank % used, rank // used], axis=-1), valid)
+    max_parts = (tf.shape(history)[1] + part_size - 1) // part_size
+    parts = tf.scatter_nd(where, tf.boolean_mask(history, valid), [tf.shape(history)[0], max_parts, part_size])
+    return parts, tf.range(max_parts)[tf.newaxis, :] < used
+
+
 class AttentionPooling(tf.keras.layers.Layer):
     """Additive attention pooling (Bahdanau et al. 2015, eq. 6, with one learned query): ``a_j = softmax_j(w .
     tanh(W e_j + b))`` over the valid positions, output ``sum_j a_j e_j``; zeros for an empty history."""

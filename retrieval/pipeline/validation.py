@@ -91,6 +91,7 @@ RULES: dict[str, Rule] = {
     "model.l2_normalize": flag(),
     "model.max_history": integer(1),
     "model.inference_history": integer(0),
+    "model.inference_part_size": integer(0),
     "model.seed": SEED,
     "model.item_tower.id_embedding_dim": DIM,
     "model.item_tower.feature_embedding_dim": DIM,
