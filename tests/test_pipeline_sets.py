@@ -93,6 +93,22 @@ def test_set_histories_are_random_subsets_in_the_run(set_run):
     assert descending.mean() < 0.1 and len(ids) > 1000
 
 
+def test_the_served_vector_of_a_long_history_averages_its_parts(set_run):
+    """The exported encoder (what evaluation, recommend and the server call) deals 25 items into 3 parts of at most
+    10 (max_history 20 * keep 0.5), each pooled as a short history is; the vector is their normalised mean."""
+    from retrieval.data.vocab import NUM_RESERVED, Vocabulary
+    from retrieval.export import load_user_encoder
+
+    job, _ = set_run
+    items = list(Vocabulary.load(job.paths.item_vocab).ids[NUM_RESERVED:NUM_RESERVED + 25])
+    user = str(Vocabulary.load(job.paths.user_vocab).ids[NUM_RESERVED])
+    encoder = load_user_encoder(job.paths.root)
+    parts = encoder.encode([user] * 3, [items[k::3] for k in range(3)])
+    expected = parts.mean(axis=0) / np.linalg.norm(parts.mean(axis=0))
+    np.testing.assert_allclose(encoder.encode([user], [items])[0], expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(encoder.encode([user], [items[:10]])[0], expected, atol=1e-3)
+
+
 @pytest.mark.parametrize("max_users", [0, 100])
 def test_early_stopping_watches_the_evaluation_protocol_on_validation(sorted_lines, tmp_path, max_users):
     """With a validation file, training early-stops on validation recall@20 computed as the evaluation computes it:
