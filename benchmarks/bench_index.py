@@ -38,11 +38,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from absl import logging
 
-from benchmarks.common import peak_rss_mb
 from retrieval.index import IndexQualityError, build_index
 from retrieval.index.factory import PreparedVectors, ivf_lists, prepare_vectors
 from retrieval.index.selfcheck import RecallProbe, apply_search_params
 from retrieval.index.source import ParquetVectors
+from retrieval.memory import peak_rss_mb
 
 K, FLOOR, TARGET_SPEEDUP = 100, 0.95, 50.0
 NUM_QUERIES = 1000

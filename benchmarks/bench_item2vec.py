@@ -44,6 +44,7 @@ import pandas as pd
 
 from benchmarks import common
 from retrieval.data import Vocabulary, leave_last_n_out, read_interactions, synthetic
+from retrieval.memory import peak_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "ml-1m-partial" / "ratings.dat"
@@ -143,13 +144,13 @@ def child(side: str, smoke: bool, settings: dict) -> dict:
         fit = lambda: _train_ours(train, vocab, c)  # noqa: E731
     else:
         fit = _train_gensim(train, vocab, c, shrink=c.shrink_window)
-    rss_before = common.peak_rss_mb()
+    rss_before = peak_rss_mb()
     wall, cpu = time.perf_counter(), time.process_time()
     vectors = fit()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     recall, users = recall_at_k(vectors, train, test, vocab)
     return {"train_s": wall, "train_cpu_s": cpu, "recall": recall, "users": users,
-            "peak_rss_mb": common.peak_rss_mb(), "peak_rss_before_training_mb": rss_before}
+            "peak_rss_mb": peak_rss_mb(), "peak_rss_before_training_mb": rss_before}
 
 
 def _spawn(side: str, smoke: bool, settings: dict) -> dict:

@@ -2,7 +2,7 @@
 pipeline, out of core.
 
 Per size, every measured side runs in its own subprocess (``peak_rss_mb`` is that process's high-water mark, see
-``common.peak_rss_mb``):
+``retrieval.memory.peak_rss_mb``):
 
 - ``generate``: the chunked synthetic generator (Parquet log, one row group per chunk of users), a fixed catalogue of
   :data:`NUM_ITEMS` items and ``size / PER_USER`` users, so that only the number of interactions grows.
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import peak_rss_mb
+from retrieval.memory import peak_rss_mb
 
 SIZES = (1_000_000, 10_000_000, 50_000_000)
 SMOKE_SIZES = (20_000,)

@@ -44,6 +44,7 @@ import numpy as np
 
 from benchmarks import common
 from retrieval.data import Vocabulary, next_item_examples, read_interactions, synthetic
+from retrieval.memory import peak_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets" / "ml-1m-partial" / "ratings.dat"
@@ -188,7 +189,7 @@ def child(side: str, smoke: bool) -> dict:
     measure = {"ours": _ours, "tfrs": _tfrs}[side]
     rates = measure(examples, items, users, settings["batch_size"], settings["window"])
     return {"side": side, "dataset": dataset, "examples": len(examples["label"]), "rates": rates,
-            "peak_rss_mb": common.peak_rss_mb()}
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def _spawn(side: str, smoke: bool) -> dict:

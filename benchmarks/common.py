@@ -1,11 +1,9 @@
-"""Helpers shared by the benchmarks: summary statistics of repeated measurements and the peak memory of a process."""
+"""Helpers shared by the benchmarks: summary statistics of repeated measurements (peak memory: retrieval.memory)."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Sequence
-
-from retrieval.memory import peak_rss_mb  # noqa: F401  (re-exported for the benchmarks)
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

@@ -121,6 +121,12 @@ def write_set_shard(user_idx: np.ndarray, item_idx: np.ndarray, path: str | Path
     return len(pairs)
 
 
+def write_manifest(directory: str | Path, files: list[str], num_examples: int) -> None:
+    """Writes the manifest :meth:`SetShards.load` reads: the shard files (relative to ``directory``) and the
+    number of pairs they hold."""
+    artifacts.write_json(Path(directory) / MANIFEST, {"kind": "set", "num_examples": num_examples, "files": files})
+
+
 @dataclasses.dataclass(frozen=True)
 class SetShards:
     """Set-data training pairs in per-shard files (the streamed prepare's, :func:`write_set_shard`), read by

@@ -271,13 +271,13 @@ def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) ->
             _write(aligned, path)
     out = {"dropped": dropped, "examples": 0}
     users = _user_indices(settings.paths.user_vocab, train["user_id"])
+    items = item_vocab.lookup(train["item_id"].to_numpy())
     if settings.order == "none":
-        out["examples"] = set_examples.write_set_shard(users, item_vocab.lookup(train["item_id"].to_numpy()),
-                                                       set_shard_file(settings.examples, shard))
+        out["examples"] = set_examples.write_set_shard(users, items, set_shard_file(settings.examples, shard))
         return out
     timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
     built = examples_lib.next_item_examples(
-        users, item_vocab.lookup(train["item_id"].to_numpy()), timestamps, max_history=settings.max_history,
+        users, items, timestamps, max_history=settings.max_history,
         example_age=settings.example_age and timestamps is not None,
         max_examples_per_user=settings.max_examples_per_user, seed=settings.seed + shard)
     if "example_age" in built and len(timestamps):  # rescale the shard's span to the log's (the in-memory one)
@@ -346,9 +346,8 @@ def prepare(settings: Settings, engine: Engine, order_request: str,
     built = engine.map(lambda shard: example_shard(settings, shard, span), list(range(settings.num_shards)))
     num_examples = sum(b["examples"] for b in built)
     if decision.order == "none":
-        artifacts.write_json(settings.examples / set_examples.MANIFEST, {
-            "kind": "set", "num_examples": num_examples,
-            "files": [set_shard_file("", k).name for k in range(settings.num_shards)]})
+        set_examples.write_manifest(settings.examples, [set_shard_file("", k).name for k in range(settings.num_shards)],
+                                    num_examples)
     else:
         shards.write_manifest(settings.examples, [shards.shard_file("", k).name for k in range(settings.num_shards)],
                               num_examples, settings.max_history, settings.example_age and "timestamp" in head)
