@@ -3,7 +3,8 @@
     python -m pipelines.serve --run_dir=artifacts/two_tower --port=8000
 
 Endpoints: ``POST /v1/candidates``, ``POST /v1/similar``, ``GET /v1/model``, ``GET /v1/status``, ``GET /healthz``,
-OpenAPI at ``/docs`` and ``/openapi.json``. Concurrent ``/v1/candidates`` requests are micro-batched
+``GET /metrics`` (Prometheus), OpenAPI at ``/docs`` and ``/openapi.json``. ``--workers=N`` serves with N processes
+sharing the port and one memory-mapped index, each following ``latest`` itself (``retrieval.serving.workers``). Concurrent ``/v1/candidates`` requests are micro-batched
 (``--batch_max_size``, ``--batch_max_wait_ms``; ``retrieval.serving.batcher``). Binds 127.0.0.1 unless ``--host``
 says otherwise. Every run, the first included, is served only after it passed the canary
 (``retrieval.serving.canary``); a first run that fails it exits with code 2 and one line saying why.
@@ -11,17 +12,16 @@ says otherwise. Every run, the first included, is served only after it passed th
 
 from typing import Sequence
 
-import uvicorn
-from absl import flags, logging
+from absl import flags
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
 from retrieval.errors import InputError
 from retrieval.serving import batcher
-from retrieval.serving.app import Limits, create_app
+from retrieval.serving.app import Limits
 from retrieval.serving.canary import Canary
-from retrieval.serving.reload import GeneratorHolder
-from retrieval.serving.server import READ_TIMEOUT_S, uvicorn_config
+from retrieval.serving.server import READ_TIMEOUT_S
+from retrieval.serving.workers import ServeSettings, serve
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A run directory, or a model directory whose 'latest' link names the published "
@@ -46,6 +46,9 @@ flags.DEFINE_float("read_timeout_s", READ_TIMEOUT_S, "Seconds a client has to se
 flags.DEFINE_integer("canary_users", Canary.num_users, "Training users whose queries the canary sends to a new run.")
 flags.DEFINE_float("canary_recall_floor", Canary.recall_floor, "Recall against exact search a new run's index must "
                                                                "reach on the canary's users to be served.")
+flags.DEFINE_integer("workers", 1, "Server processes sharing the port (about one per core; see docs/serving.md). "
+                                   "Each loads the run and reloads 'latest' itself.")
+flags.DEFINE_bool("mmap_index", True, "Memory-map the FAISS index file (workers share one copy in the page cache).")
 flags.DEFINE_enum("log_level", "info", ["critical", "error", "warning", "info", "debug"], "uvicorn log level.")
 flags.mark_flag_as_required("run_dir")
 
@@ -53,22 +56,13 @@ flags.mark_flag_as_required("run_dir")
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
-    holder = GeneratorHolder(FLAGS.run_dir, canary=Canary(num_users=FLAGS.canary_users,
-                                                          recall_floor=FLAGS.canary_recall_floor))
-    holder.start(FLAGS.reload_interval_s)
     limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
                     max_body_bytes=FLAGS.max_body_bytes)
-    logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version, FLAGS.host,
-                 FLAGS.port)
-    app = None
-    try:
-        app = create_app(holder, limits, FLAGS.faiss_threads or None, FLAGS.batch_max_size,
-                         FLAGS.batch_max_wait_ms / 1000)
-        uvicorn.Server(uvicorn_config(app, FLAGS.host, FLAGS.port, FLAGS.log_level, FLAGS.read_timeout_s)).run()
-    finally:
-        if app is not None and app.state.batcher is not None:
-            app.state.batcher.close()
-        holder.stop()
+    settings = ServeSettings(FLAGS.run_dir, FLAGS.host, FLAGS.port, FLAGS.reload_interval_s, limits,
+                             FLAGS.faiss_threads or None, FLAGS.batch_max_size, FLAGS.batch_max_wait_ms / 1000,
+                             FLAGS.read_timeout_s, FLAGS.canary_users, FLAGS.canary_recall_floor, FLAGS.mmap_index,
+                             FLAGS.log_level)
+    serve(settings, FLAGS.workers)
 
 
 if __name__ == "__main__":

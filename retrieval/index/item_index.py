@@ -84,14 +84,18 @@ class ItemIndex:
         return directory
 
     @classmethod
-    def load(cls, directory: PathLike) -> ItemIndex:
-        """Reads a directory written by ``save``; the stored search parameters are applied."""
+    def load(cls, directory: PathLike, mmap: bool = False) -> ItemIndex:
+        """Reads a directory written by ``save``; the stored search parameters are applied. ``mmap``: map the
+        index file read-only instead of copying it (``faiss.IO_FLAG_MMAP_IFC``, zero-copy), so that server
+        processes on one machine share one copy in the page cache; the file must then not change in place (``save``
+        replaces the directory, which leaves a mapped old file valid)."""
         directory = Path(directory)
         if not (directory / MANIFEST_FILE).is_file():
             raise InputError("not an index directory (no manifest.json)", path=str(directory))
         manifest = read_json(directory / MANIFEST_FILE)
         try:
-            index = faiss.read_index(str(directory / INDEX_FILE))
+            index = faiss.read_index(str(directory / INDEX_FILE),
+                                     faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0)
         except RuntimeError as e:
             raise InputError(f"cannot read the FAISS index: {str(e).splitlines()[-1]}",
                              path=str(directory / INDEX_FILE)) from None

@@ -16,13 +16,14 @@ from typing import Annotated, Optional
 import faiss
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 import retrieval
 from retrieval.errors import InputError
 from retrieval.serving import batcher as batching
 from retrieval.serving.generator import CandidateGenerator, Candidates, UnknownItemError
+from retrieval.serving.metrics import RequestMetrics, ServerMetrics
 from retrieval.serving.middleware import BodySizeLimit, JsonContentType
 from retrieval.serving.reload import GeneratorHolder
 
@@ -89,17 +90,24 @@ def _items(result: Candidates) -> list[dict]:
 
 
 def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads: Optional[int] = 1,
-               max_batch: int = batching.DEFAULT_MAX_BATCH, max_wait_s: float = batching.DEFAULT_MAX_WAIT_S) -> FastAPI:
+               max_batch: int = batching.DEFAULT_MAX_BATCH, max_wait_s: float = batching.DEFAULT_MAX_WAIT_S,
+               metrics: Optional[ServerMetrics] = None) -> FastAPI:
     """The FastAPI application serving ``holder.current``. ``faiss_threads``: OpenMP threads per FAISS search (None
     leaves FAISS's default). 1 suits serving: more threads per search only add synchronisation (3x the latency
     measured on 2 busy cores). ``/v1/candidates`` requests are micro-batched (``batcher.MicroBatcher``: up to
     ``max_batch`` waiting requests, waiting at most ``max_wait_s``, answered with one user-tower call and one index
     search); ``max_batch=0`` answers each request alone on the server's worker threads. The batcher is
-    ``app.state.batcher`` (None without batching); its owner closes it when the server stops."""
+    ``app.state.batcher`` (None without batching); its owner closes it when the server stops. ``GET /metrics``
+    serves ``metrics`` (a fresh ``ServerMetrics`` when None) in Prometheus's text format; the holder's reloads
+    are counted from here on (``ServerMetrics.watch``)."""
     app = FastAPI(title="retrieval candidates", version=retrieval.__version__,
                   description="Candidate generation from a published two-tower or Item2Vec run (FAISS index).")
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
-    app.add_middleware(JsonContentType)  # outermost: a 415 needs no body
+    app.add_middleware(JsonContentType)  # a 415 needs no body
+    metrics = metrics if metrics is not None else ServerMetrics()
+    metrics.watch(holder)
+    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: every answer is counted
+    app.state.metrics = metrics
     candidates_request, similar_request = _request_models(limits)
     batcher = (batching.MicroBatcher(lambda: holder.current, max_batch, max_wait_s, faiss_threads) if max_batch > 0
                else None)
@@ -170,4 +178,10 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
         return {"item_id": body.item_id, "items": _items(result), "model_version": generator.version,
                 "run_id": generator.run_id}
 
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics() -> Response:
+        """Prometheus text format (``retrieval.serving.metrics``)."""
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+
+    metrics.routes = frozenset(route.path for route in app.routes)
     return app

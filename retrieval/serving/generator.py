@@ -71,16 +71,18 @@ class CandidateGenerator:
         self._popular, self._popular_counts = indices[order], counts[order].astype(np.float32)
 
     @classmethod
-    def from_run(cls, run_dir: PathLike) -> CandidateGenerator:
+    def from_run(cls, run_dir: PathLike, mmap_index: bool = False) -> CandidateGenerator:
         """Loads a run (or the ``latest`` run of a model directory): user tower, ``index/`` (built in memory, with a
-        warning, when the run has none), item embeddings, vocabulary, ``data/train.parquet``, ``manifest.json``."""
+        warning, when the run has none), item embeddings, vocabulary, ``data/train.parquet``, ``manifest.json``.
+        ``mmap_index``: the index file is memory-mapped (``ItemIndex.load(mmap=True)``), one copy in the page cache
+        for every process serving the run."""
         paths = RunPaths(resolve_run_dir(run_dir))
         manifest = read_json(paths.manifest)
         encoder = load_user_encoder(paths.user_tower)
         source = ParquetVectors(paths.item_embeddings)  # one array filled batch by batch: no second copy
         item_ids, vectors = source.item_ids(), source.read_all()
         if paths.index.is_dir():
-            index = ItemIndex.load(paths.index)
+            index = ItemIndex.load(paths.index, mmap=mmap_index)
         else:
             logging.warning("run %s has no index/; building one in memory", paths.root)
             index = build_run_index(paths, save=False, encoder=encoder)
