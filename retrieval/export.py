@@ -6,12 +6,22 @@
   Two-tower and Item2Vec runs export this same signature (Item2Vec: the mean of the history's item vectors).
 * ``<run>/item_embeddings.parquet``: ``item_id`` (string), ``embedding`` (list<float32>), one row per known item in
   vocabulary order (indices 2..V-1).
+* Item2Vec runs also write their item vectors in word2vec's formats (``<run>/item_vectors.w2v.txt`` and
+  ``.w2v.bin``, the files of word2vec's ``-binary 0`` and ``-binary 1``), which gensim's
+  ``KeyedVectors.load_word2vec_format`` and other word2vec tools read.
+* ``tf_serving_dir`` copies a run's user tower to ``<base>/<name>/<version>/`` (integer versions): the model base
+  path that TF Serving (``--model_base_path=<base>/<name>``) and KServe (``storageUri`` of a TensorFlow predictor)
+  watch, serving the highest version.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -28,6 +38,8 @@ from retrieval.models.layers import MASK_BELOW, masked_mean
 from retrieval.models.two_tower import TwoTowerModel
 
 SIGNATURE = "serving_default"
+WORD2VEC_TEXT = "item_vectors.w2v.txt"
+WORD2VEC_BINARY = "item_vectors.w2v.bin"
 
 
 def _id_table(ids: np.ndarray) -> tf.lookup.StaticHashTable:
@@ -141,6 +153,85 @@ def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: V
             "dimension": int(vectors.shape[1])}
 
 
+def export_item2vec(vectors: np.ndarray, item_vocab: Vocabulary, run_paths: Union[RunPaths, PathLike],
+                    max_history: int, metric: str = "cosine") -> dict:
+    """Writes an Item2Vec run's ``item_embeddings.parquet`` (vectors of indices 2..), ``user_tower/`` (a
+    ``serving_default`` SavedModel whose user vector is the mean of the history's item vectors;
+    ``export_mean_pooling_encoder``) and the item vectors in word2vec's text and binary formats
+    (``write_word2vec``). Returns the manifest fields this implies: ``metric``, ``max_history``,
+    ``inference_part_size`` (0: the mean of the whole history), ``dimension``."""
+    vectors = np.asarray(vectors, np.float32)
+    if vectors.ndim != 2 or len(vectors) != item_vocab.size:
+        raise InputError(f"need [{item_vocab.size}, d] vectors by vocabulary index, got shape {vectors.shape}")
+    paths = run_paths if isinstance(run_paths, RunPaths) else RunPaths(run_paths)
+    item_ids = item_vocab.ids[NUM_RESERVED:]
+    write_item_embeddings(paths.item_embeddings, item_ids, vectors[NUM_RESERVED:])
+    export_mean_pooling_encoder(item_ids, vectors[NUM_RESERVED:], paths.user_tower, max_history, metric)
+    write_word2vec(paths.root / WORD2VEC_TEXT, item_ids, vectors[NUM_RESERVED:], binary=False)
+    write_word2vec(paths.root / WORD2VEC_BINARY, item_ids, vectors[NUM_RESERVED:], binary=True)
+    return {"metric": metric, "max_history": int(max_history), "inference_part_size": 0,
+            "dimension": int(vectors.shape[1])}
+
+
+def write_word2vec(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray, binary: bool) -> None:
+    """Writes vectors in word2vec's format, atomically: a ``"<count> <dimension>"`` line, then per item its id, a
+    space and the vector, as decimal text separated by spaces (``binary=False``) or as little-endian float32 bytes
+    (``binary=True``), and a newline. Ids are UTF-8 and must not contain whitespace (the format's separator)."""
+    vectors = np.ascontiguousarray(vectors, dtype="<f4")
+    ids = np.asarray(item_ids, dtype=object).astype(str)
+    if vectors.ndim != 2 or len(ids) != len(vectors):
+        raise InputError(f"need one vector per item id, got {len(ids)} ids and vectors of shape {vectors.shape}")
+    spaced = next((i for i, item in enumerate(ids) if not item or len(item.split()) != 1 or item.strip() != item),
+                  None)
+    if spaced is not None:
+        raise InputError(f"item id {ids[spaced]!r} is empty or contains whitespace, which word2vec's format cannot "
+                         "hold", row=spaced, field="item_id")
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(f"{len(ids)} {vectors.shape[1]}\n".encode())
+        for item, vector in zip(ids, vectors, strict=True):
+            body = vector.tobytes() if binary else " ".join(repr(float(x)) for x in vector).encode()
+            f.write(item.encode() + b" " + body + b"\n")
+
+
+def _next_version(model_base: Path) -> int:
+    versions = [int(p.name) for p in model_base.iterdir() if p.name.isdigit()] if model_base.is_dir() else []
+    return max(versions, default=0) + 1
+
+
+def tf_serving_dir(run_dir: PathLike, base_dir: PathLike, name: str, version: Optional[int] = None) -> Path:
+    """Copies the user tower of the run directory ``run_dir`` (``retrieval.serving.resolve_run_dir`` turns a model
+    directory's ``latest`` into one) to ``<base_dir>/<name>/<version>/`` and returns that path. ``version`` (a positive integer) defaults to one more
+    than the highest there, so TF Serving and KServe, which serve the highest integer version, move to it. The
+    copy is made under a name that is not an integer and renamed when complete, so a watcher never sees a partial
+    version. ``assets.extra/run.json`` (a file TF Serving ignores) names the run it came from."""
+    paths = RunPaths(run_dir)
+    if not paths.manifest.is_file() or not paths.user_tower.is_dir():
+        raise InputError("not a run directory with manifest.json and user_tower/", path=str(paths.root))
+    if not name or os.sep in name or name.startswith("."):
+        raise InputError(f"invalid model name {name!r}", field="name")
+    model_base = Path(base_dir) / name
+    version = _next_version(model_base) if version is None else int(version)
+    if version < 1:
+        raise InputError(f"the version must be a positive integer, got {version}", field="version")
+    target = model_base / str(version)
+    if target.exists():
+        raise InputError("this version exists already; versions are immutable", path=str(target))
+    model_base.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=model_base))
+    try:
+        shutil.copytree(paths.user_tower, staging, dirs_exist_ok=True)
+        manifest = json.loads(paths.manifest.read_text())
+        (staging / "assets.extra").mkdir(exist_ok=True)
+        (staging / "assets.extra" / "run.json").write_text(json.dumps(
+            {"run": paths.root.name, "run_id": manifest.get("run_id"), "version": manifest.get("version")}))
+        staging.chmod(0o755)
+        os.rename(staging, target)  # fails rather than merges if a concurrent export took this version
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
 def pad_histories(histories: Sequence[Sequence[str]], max_history: int) -> np.ndarray:
     """Histories of item ids (most recent first) as an object array [N, max_history] of str: each truncated to its
     first ``max_history`` ids and padded with "" (which every user tower ignores), without a per-user loop."""
@@ -195,6 +286,7 @@ def load_user_encoder(path: PathLike, batch_size: int = 4096) -> UserEncoder:
     return UserEncoder(loaded, batch_size)
 
 
-__all__ = ["SIGNATURE", "UserEncoder", "export_mean_pooling_encoder", "export_two_tower", "export_user_tower",
-           "load_user_encoder", "read_item_embeddings", "write_item_embeddings"]
+__all__ = ["SIGNATURE", "UserEncoder", "export_item2vec", "export_mean_pooling_encoder", "export_two_tower",
+           "export_user_tower", "load_user_encoder", "read_item_embeddings", "tf_serving_dir", "write_item_embeddings",
+           "write_word2vec"]
 

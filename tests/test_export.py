@@ -111,3 +111,56 @@ def test_mean_pooling_encoder_averages_known_history_items(tmp_path):
     # Row 0: "zzz" unknown -> ignored; max_history=2 keeps ["a", "zzz"] -> a. Row 2 keeps c, a.
     np.testing.assert_allclose(out, [[1, 0], [0, 0], [2.5, 2]])
     assert (encoder.dimension, encoder.max_history, encoder.metric) == (2, 2, "dot")
+
+
+def test_item2vec_export_writes_word2vec_text_and_binary_that_gensim_loads(tmp_path):
+    from gensim.models import KeyedVectors
+
+    vocab = Vocabulary.from_ids(["b", "a", "b", "c", "ü", "c", "c"])
+    vectors = np.random.default_rng(0).standard_normal([vocab.size, 5]).astype(np.float32)
+    export.export_item2vec(vectors, vocab, tmp_path, max_history=3)
+    for name, binary in ((export.WORD2VEC_TEXT, False), (export.WORD2VEC_BINARY, True)):
+        loaded = KeyedVectors.load_word2vec_format(str(tmp_path / name), binary=binary)
+        assert loaded.index_to_key == list(vocab.ids[2:])  # vocabulary order, non-ASCII ids as UTF-8
+        np.testing.assert_array_equal(loaded.vectors, vectors[2:])  # repr() of a float32 round-trips exactly
+
+
+def test_word2vec_refuses_ids_its_format_cannot_hold(tmp_path):
+    with pytest.raises(InputError, match="whitespace") as raised:
+        export.write_word2vec(tmp_path / "v.txt", ["a", "b c"], np.zeros([2, 3], np.float32), binary=False)
+    assert raised.value.row == 1 and not (tmp_path / "v.txt").exists()
+
+
+def test_tf_serving_dir_numbered_versions_load_through_the_serving_signature(vocabs, exported, tmp_path):
+    model, paths, _ = exported
+    items, users = vocabs
+    (paths.root / "manifest.json").write_text(json.dumps({"run_id": "r7", "version": "r7"}))
+    first = export.tf_serving_dir(paths.root, tmp_path / "models", "towers")
+    second = export.tf_serving_dir(paths.root, tmp_path / "models", "towers")
+    assert (first, second) == (tmp_path / "models" / "towers" / "1", tmp_path / "models" / "towers" / "2")
+    assert sorted(p.name for p in (tmp_path / "models" / "towers").iterdir()) == ["1", "2"]  # no staging left
+    assert json.loads((second / "assets.extra" / "run.json").read_text())["run_id"] == "r7"
+    serve = tf.saved_model.load(str(second)).signatures["serving_default"]  # as TF Serving calls it
+    padded = export.pad_histories(HISTORIES, H)
+    got = serve(user_id=tf.constant(USERS), history=tf.constant(padded.astype(str)))["embedding"].numpy()
+    np.testing.assert_allclose(got, reference_vectors(model, items, users), rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputError, match="exists"):
+        export.tf_serving_dir(paths.root, tmp_path / "models", "towers", version=2)
+    with pytest.raises(InputError, match="run directory"):
+        export.tf_serving_dir(tmp_path, tmp_path / "models", "towers")
+
+
+def test_export_command_writes_the_latest_run_under_its_version(exported, tmp_path):
+    _, paths, _ = exported
+    (paths.root / "manifest.json").write_text(json.dumps({"run_id": "r7", "version": "r7"}))
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "r7").symlink_to(paths.root, target_is_directory=True)
+    (model_dir / "latest").symlink_to("r7")
+    command = [sys.executable, "-m", "pipelines.export", f"--run_dir={model_dir}", f"--base_dir={tmp_path / 'tfs'}",
+               "--name=towers", "--version=5"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "tfs" / "towers" / "5" / "saved_model.pb").is_file()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "exists" in again.stderr.strip().splitlines()[-1]

@@ -20,13 +20,13 @@ row gathers and scatter updates per step into ``B * K / g`` and the per-pair dot
 group. ``g = 1`` is word2vec's independent sampling.
 
 Training: :func:`train_item2vec` (sparse SGD with word2vec's linearly decaying learning rate; see
-``retrieval.models.item2vec_train``). Export: :func:`export_item2vec` writes a run's ``item_embeddings.parquet`` and
+``retrieval.models.item2vec_train``). Export: ``retrieval.export.export_item2vec`` writes a run's ``item_embeddings.parquet`` and
 a mean-pooling ``user_tower`` SavedModel, so evaluation and serving treat an Item2Vec run like any other.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 import ml_collections
 import numpy as np
@@ -35,10 +35,9 @@ from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import checkpoints
-from retrieval.artifacts import PathLike, RunPaths
+from retrieval.artifacts import PathLike
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
-from retrieval.export import export_mean_pooling_encoder, write_item_embeddings
 from retrieval.losses import logistic_from_logits
 from retrieval.models import item2vec_train
 
@@ -201,23 +200,6 @@ def train_item2vec(config: ml_collections.ConfigDict, user_idx: np.ndarray, item
         item2vec_train.train_epochs(runner, user_idx[order], np.asarray(item_idx)[order], item_vocab.counts, config,
                                     state, manager)
     return model.vectors(config.vectors)
-
-
-def export_item2vec(vectors: np.ndarray, item_vocab: Vocabulary, run_paths: Union[RunPaths, PathLike],
-                    max_history: int, metric: str = "cosine") -> dict:
-    """Writes a run's ``item_embeddings.parquet`` (vectors of indices 2..) and ``user_tower/`` (a ``serving_default``
-    SavedModel whose user vector is the mean of the history's item vectors; ``export_mean_pooling_encoder``).
-    Returns the manifest fields this implies: ``metric``, ``max_history``, ``inference_part_size`` (0: the mean of
-    the whole history), ``dimension``."""
-    vectors = np.asarray(vectors, np.float32)
-    if vectors.ndim != 2 or len(vectors) != item_vocab.size:
-        raise InputError(f"need [{item_vocab.size}, d] vectors by vocabulary index, got shape {vectors.shape}")
-    paths = run_paths if isinstance(run_paths, RunPaths) else RunPaths(run_paths)
-    item_ids = item_vocab.ids[NUM_RESERVED:]
-    write_item_embeddings(paths.item_embeddings, item_ids, vectors[NUM_RESERVED:])
-    export_mean_pooling_encoder(item_ids, vectors[NUM_RESERVED:], paths.user_tower, max_history, metric)
-    return {"metric": metric, "max_history": int(max_history), "inference_part_size": 0,
-            "dimension": int(vectors.shape[1])}
 
 
 class PretrainedInitializer(tf.keras.initializers.Initializer):

@@ -358,10 +358,10 @@ class TrainingJob:
     def _export(self) -> dict:
         item_vocab, user_vocab = self._vocabularies()
         if self.model_type == "item2vec":
-            from retrieval.models import item2vec
+            from retrieval import export
 
             vectors = self._model if self._model is not None else self._item2vec_vectors()
-            return item2vec.export_item2vec(vectors, item_vocab, self.paths, self.config.model.max_history)
+            return export.export_item2vec(vectors, item_vocab, self.paths, self.config.model.max_history)
         from retrieval import export
 
         model = self._model if self._model is not None else self._fit_two_tower()[0]
