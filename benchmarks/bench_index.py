@@ -18,7 +18,11 @@ self-check). That row reports the build's peak RSS (``VmHWM`` of its process) ne
 serialized index bytes (with ``RFlat`` these include the full float32 vectors), batch QPS and recall@100 on 1000
 separate queries, and its single-thread QPS relative to the largest compared size's ``auto`` row.
 
-    python -m benchmarks.bench_index [--smoke] [--sizes=1000000,10000000] [--compare_max=1000000] [--keep_dir=DIR]"""
+Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
+``results.json``'s ``separate_runs`` with the machine facts, and as a table at the end of ``RESULTS.md``.
+
+    python -m benchmarks.bench_index [--smoke] [--sizes=1000000,10000000] [--compare_max=1000000] [--keep_dir=DIR]
+        [--no-record]"""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import gc
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from absl import logging
 
+from benchmarks.record import add_record_flag, record, should_record
 from retrieval.index import IndexQualityError, build_index
 from retrieval.index.factory import PreparedVectors, ivf_lists, prepare_vectors
 from retrieval.index.selfcheck import RecallProbe, apply_search_params
@@ -258,7 +264,11 @@ if __name__ == "__main__":
                         help="largest size at which every index kind is compared in memory (default 1000000)")
     parser.add_argument("--keep_dir", type=Path, default=None,
                         help="keep the larger sizes' shards and indexes here (for bench_serving --catalogue_dir)")
+    add_record_flag(parser)
     logging.set_verbosity(logging.INFO)  # one line per index as it finishes
     args = parser.parse_args()
-    for row in run(args.smoke, args.sizes, args.compare_max, args.keep_dir):
+    rows = run(args.smoke, args.sizes, args.compare_max, args.keep_dir)
+    for row in rows:
         print(json.dumps(row))
+    if should_record(args):
+        record("index", rows, "python -m benchmarks.bench_index " + " ".join(sys.argv[1:]))

@@ -12,11 +12,19 @@ request at a time, FAISS on one thread, the reference), ``batcher_<n>_clients`` 
 ``MicroBatcher``), and the real command ``python -m pipelines.serve`` in its own process with ``http_1_client`` and
 ``http_<n>_clients`` (keep-alive ``http.client`` connections, one per client thread), plus, up to
 ``--unbatched_max`` items, ``http_<n>_clients_unbatched`` (``--batch_max_size=0``: each request alone). p50/p99 are
-per-request latencies; ratios are against ``library_1_client`` of the same size. The clients run on the same machine
-as the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M items, >= 1000 QPS with 8 HTTP
-clients at 1M items, 0 errors.
+per-request latencies; ratios are against ``library_1_client`` of the same size. The HTTP rows are repeated for each
+``--workers`` count (server processes sharing the port and the memory-mapped index, ``pipelines.serve --workers``;
+rows of more than one worker are named ``..._<w>_workers``), each with the server's memory: ``server_rss_mb`` (the
+processes' resident sets added up, shared pages counted once per process) and ``server_pss_mb`` (proportional set
+size: shared pages, such as the mapped index, divided among the processes that map them). The clients run on the
+same machine as the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M items, >= 1000 QPS
+with 8 HTTP clients at 1M items, 0 errors.
+
+Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
+``results.json``'s ``separate_runs`` with the machine facts, and as a table at the end of ``RESULTS.md``.
 
     python -m benchmarks.bench_serving [--smoke] [--sizes=1000000,10000000] [--catalogue_dir=DIR] [--max_wait_ms=0]
+        [--workers=1,2] [--no-record]
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.bench_index import write_catalogue
+from benchmarks.record import add_record_flag, record, should_record
 from retrieval.artifacts import RunPaths, point_link, write_json
 from retrieval.index.factory import prepare_vectors
 from retrieval.index.source import ParquetVectors
@@ -158,35 +167,56 @@ def _http(port: int):
     return call
 
 
-def _serve(model_dir: Path, log: Path, *flags: str) -> tuple[subprocess.Popen, int]:
+def _serve(model_dir: Path, log: Path, workers: int, *flags: str) -> tuple[subprocess.Popen, int]:
+    """``pipelines.serve`` with ``workers`` processes, returned once every worker answers (``/metrics`` lists one
+    ``model_info`` series per live worker)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", f"--run_dir={model_dir}", f"--port={port}",
-                                "--log_level=warning", "--reload_interval_s=0", *flags],
+                                "--log_level=warning", "--reload_interval_s=0", f"--workers={workers}", *flags],
                                stdout=subprocess.DEVNULL, stderr=log.open("w"))
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 900
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            if sum(line.startswith("retrieval_model_info{") for line in metrics.splitlines()) >= workers:
                 return process, port
         except httpx.TransportError:
-            time.sleep(0.5)
+            pass
+        time.sleep(0.5)
     process.kill()
     raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
 
 
+def _memory_mb(pid: int) -> dict:
+    """RSS and PSS (``/proc/<pid>/smaps_rollup``) of ``pid`` and its child processes, added up, in MB."""
+    pids, totals = [pid], {"Rss:": 0, "Pss:": 0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(child) for child in (task / "children").read_text().split()]
+    for one in pids:
+        for line in Path(f"/proc/{one}/smaps_rollup").read_text().splitlines():
+            key = line.split()[0]
+            if key in totals:
+                totals[key] += int(line.split()[1])
+    return {"server_rss_mb": round(totals["Rss:"] / 1024, 1), "server_pss_mb": round(totals["Pss:"] / 1024, 1)}
+
+
 def _http_rows(model_dir: Path, log: Path, requests: list[dict], warm: list[dict], limit_s: float,
-               unbatched: bool, max_wait_s: float) -> list[dict]:
+               unbatched: bool, max_wait_s: float, workers: Sequence[int]) -> list[dict]:
     rows = []
-    settings = [("", (f"--batch_max_wait_ms={max_wait_s * 1000}",))] + ([("_unbatched", ("--batch_max_size=0",))] if unbatched else [])
-    for suffix, flags in settings:
-        process, port = _serve(model_dir, log, *flags)
+    settings = [(w, "" if w == 1 else f"_{w}_workers", (f"--batch_max_wait_ms={max_wait_s * 1000}",), (1, CLIENTS))
+                for w in workers]
+    if unbatched:
+        settings.append((1, "_unbatched", ("--batch_max_size=0",), (CLIENTS,)))
+    for count, suffix, flags, client_counts in settings:
+        process, port = _serve(model_dir, log, count, *flags)
         try:
             _load(_http(port), warm, 1, limit_s)
-            for clients in ((1, CLIENTS) if not suffix else (CLIENTS,)):
+            for clients in client_counts:
                 name = f"http_{clients}_client{'s' if clients > 1 else ''}{suffix}"
-                rows.append({"name": name, **_load(_http(port), requests, clients, limit_s)})
+                rows.append({"name": name, "workers": count, **_load(_http(port), requests, clients, limit_s),
+                             **_memory_mb(process.pid)})
         finally:
             process.terminate()
             process.wait(timeout=60)
@@ -211,7 +241,7 @@ def _in_process(model_dir: Path, num_requests: int, limit_s: float,
 
 
 def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unbatched_max: int,
-            max_wait_s: float) -> list[dict]:
+            max_wait_s: float, workers: Sequence[int] = (1,)) -> list[dict]:
     """Every row for a catalogue of ``count`` items (module docstring)."""
     start = time.perf_counter()
     model_dir = root / f"model-{count}"
@@ -221,7 +251,8 @@ def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unb
     num_requests, limit_s = (60, 5.0) if smoke else (3000, 30.0)
     rows, facts, requests, warm = _in_process(model_dir, num_requests, limit_s, max_wait_s)
     gc.collect()
-    rows += _http_rows(model_dir, root / "serve.log", requests, warm, limit_s, count <= unbatched_max, max_wait_s)
+    rows += _http_rows(model_dir, root / "serve.log", requests, warm, limit_s, count <= unbatched_max, max_wait_s,
+                       workers)
     reference = rows[0]
     for row in rows:
         row.update({**facts, "prepare_s": prepared_s,
@@ -229,18 +260,18 @@ def measure(count: int, root: Path, catalogue_dir: Path | None, smoke: bool, unb
                     "qps_vs_library": round(row["qps"] / reference["qps"], 2)})
         if row["name"] == "http_1_client" and count >= 10_000_000:
             row["meets_target"] = bool(row["p99_ms"] < TARGET_P99_MS and row["errors"] == 0)
-        if row["name"] == f"http_{CLIENTS}_clients" and count == 1_000_000:
+        if row["name"].startswith(f"http_{CLIENTS}_clients") and "unbatched" not in row["name"] and count == 1_000_000:
             row["meets_target"] = bool(row["qps"] >= TARGET_QPS and row["errors"] == 0)
     return rows
 
 
 def run(smoke: bool, sizes: Sequence[int] | None = None, catalogue_dir: Path | None = None,
-        unbatched_max: int = 1_000_000, max_wait_s: float = 0.0) -> list[dict]:
+        unbatched_max: int = 1_000_000, max_wait_s: float = 0.0, workers: Sequence[int] = (1, 2)) -> list[dict]:
     sizes = sizes or ((20_000,) if smoke else (1_000_000, 10_000_000))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for count in sizes:
-            rows += measure(count, Path(tmp), catalogue_dir, smoke, unbatched_max, max_wait_s)
+            rows += measure(count, Path(tmp), catalogue_dir, smoke, unbatched_max, max_wait_s, workers)
     return rows
 
 
@@ -255,6 +286,12 @@ if __name__ == "__main__":
                         help="largest size also served without micro-batching (a reference)")
     parser.add_argument("--max_wait_ms", type=float, default=0.0,
                         help="the micro-batcher's bounded wait, in process and in the server (--batch_max_wait_ms)")
+    parser.add_argument("--workers", type=lambda text: [int(n) for n in text.split(",")], default=[1, 2],
+                        help="server process counts to measure over HTTP, comma-separated (default 1,2)")
+    add_record_flag(parser)
     args = parser.parse_args()
-    for row in run(args.smoke, args.sizes, args.catalogue_dir, args.unbatched_max, args.max_wait_ms / 1000):
+    rows = run(args.smoke, args.sizes, args.catalogue_dir, args.unbatched_max, args.max_wait_ms / 1000, args.workers)
+    for row in rows:
         print(json.dumps(row))
+    if should_record(args):
+        record("serving", rows, "python -m benchmarks.bench_serving " + " ".join(sys.argv[1:]))

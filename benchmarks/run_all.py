@@ -1,5 +1,5 @@
 """Runs every benchmark of this folder and writes ``RESULTS.md`` (machine facts + one table per benchmark) and the
-raw rows as ``results.json`` beside it.
+raw rows as ``results.json`` beside it (keeping its ``separate_runs``, written by ``benchmarks.record``).
 
 A benchmark is a module ``benchmarks/bench_<name>.py`` exposing ``run(smoke: bool) -> list[dict]``. Each runs in
 this process, one after the other; one that fails (import error, exception) gets its error in its section and the
@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 
-from retrieval.artifacts import write_json, write_text
+from retrieval.artifacts import read_json, write_json, write_text
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "RESULTS.md"
@@ -169,7 +169,10 @@ def run_all(names: Sequence[str], smoke: bool, output: Path) -> Path:
     facts = machine_facts()
     results = [run_benchmark(name, smoke) for name in names]
     facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    write_json(output.parent / "results.json", {"machine": facts, "smoke": smoke, "benchmarks": results})
+    results_json = output.parent / "results.json"
+    kept = {key: value for key, value in (read_json(results_json) if results_json.is_file() else {}).items()
+            if key == "separate_runs"}  # rows of benchmark commands run on their own (benchmarks.record)
+    write_json(results_json, {"machine": facts, "smoke": smoke, "benchmarks": results, **kept})
     write_text(output, render(facts, results, smoke))
     return output
 
