@@ -18,6 +18,8 @@ def test_bench_index_smoke():
 def test_bench_serving_smoke():
     rows = {row["name"]: row for row in bench_serving.run(smoke=True)}
     assert set(rows) == {"library_1_client", "batcher_8_clients", "http_1_client", "http_8_clients",
-                         "http_8_clients_unbatched"}
+                         "http_1_client_2_workers", "http_8_clients_2_workers", "http_8_clients_unbatched"}
     for row in rows.values():
         assert row["requests"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0 and row["errors"] == 0
+    assert rows["http_8_clients_2_workers"]["workers"] == 2 and rows["http_8_clients"]["workers"] == 1
+    assert rows["http_8_clients_2_workers"]["server_pss_mb"] > 0
