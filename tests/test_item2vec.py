@@ -1,6 +1,9 @@
-"""Item2Vec: planted-cluster recovery, the noise distribution, the grouped loss and the sparse SGD step against
-references, determinism and exact resumption, export round trip, the two-tower initializer."""
+"""Item2Vec: planted-cluster recovery, the noise distribution and the compiled SGD loop against references
+(autodiff of ``losses.sgns``), determinism and exact resumption, Hogwild threads, training without TensorFlow,
+export round trip, the two-tower initializer."""
 
+import subprocess
+import sys
 from unittest import mock
 
 import numpy as np
@@ -8,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import retrieval  # noqa: F401
-from retrieval.data import Vocabulary
+from retrieval.data import Vocabulary, skipgram_pairs
 from retrieval.errors import InputError
 from retrieval.export import export_item2vec, load_user_encoder, read_item_embeddings
 from retrieval.losses import sgns
@@ -65,7 +68,7 @@ def test_planted_clusters_are_recovered(planted):
 def test_untrained_vectors_show_no_clusters(planted):
     """The statistic above is not satisfied by the initialisation (so it measures training)."""
     _, _, _, vocab, _ = planted
-    vectors = item2vec.Item2Vec(vocab.size, 16, seed=3).vectors()
+    vectors = item2vec_train.table_vectors(*item2vec_train.initial_tables(vocab.size, 16, seed=3), "input")
     unit = vectors[2:] / np.linalg.norm(vectors[2:], axis=1, keepdims=True)
     cluster = _cluster_of(vocab)
     same = cluster[:, None] == cluster[None, :]
@@ -76,7 +79,7 @@ def test_untrained_vectors_show_no_clusters(planted):
 def test_noise_sampler_matches_count_power(planted):
     counts = np.array([0, 0, 1000, 300, 80, 20, 5, 1, 0, 7], np.int64)  # index 8: a zero count, never drawn
     sampler = item2vec_train.NoiseSampler(counts, 0.75)
-    draws = sampler.sample([400, 500], tf.constant([7, 11], tf.int64)).numpy().ravel()
+    draws = sampler.sample(200_000, 711)
     observed = np.bincount(draws, minlength=len(counts))
     assert observed[[0, 1, 8]].sum() == 0
     support = counts > 0
@@ -88,8 +91,7 @@ def test_noise_sampler_matches_count_power(planted):
     unigram = len(draws) * counts[support] / counts[support].sum()
     assert ((observed[support] - unigram) ** 2 / unigram).sum() > 100 * (dof + 5 * np.sqrt(2 * dof))
     # Stateless: the same seed gives the same draws, another seed others.
-    again = sampler.sample([400, 500], tf.constant([7, 11], tf.int64)).numpy().ravel()
-    other = sampler.sample([400, 500], tf.constant([7, 12], tf.int64)).numpy().ravel()
+    again, other = sampler.sample(200_000, 711), sampler.sample(200_000, 712)
     assert np.array_equal(draws, again) and not np.array_equal(draws, other)
 
 
@@ -102,56 +104,78 @@ def test_training_draws_negatives_from_the_configured_noise(planted):
     assert np.array_equal(counts, vocab.counts) and alpha == 0.5
 
 
-def test_grouped_loss_equals_sgns_with_repeated_negatives():
-    rng = np.random.default_rng(0)
-    target, context = (tf.constant(rng.normal(size=(12, 6)), tf.float32) for _ in range(2))
-    negatives = tf.constant(rng.normal(size=(3, 5, 6)), tf.float32)  # 3 groups of 4 pairs
-    grouped = item2vec.Item2Vec(10, 6, negative_group=4).pair_loss(target, context, negatives)
-    reference = sgns(target, context, tf.repeat(negatives, 4, axis=0))
-    np.testing.assert_allclose(grouped.numpy(), reference.numpy(), rtol=1e-5)
-
-
-@pytest.mark.parametrize("group", [1, 3])
-def test_closed_form_gradients_equal_autodiff_of_the_weighted_loss(group):
-    rng = np.random.default_rng(group)
-    target, context = (tf.constant(rng.normal(size=(6, 5)), tf.float32) for _ in range(2))
-    negatives = tf.constant(rng.normal(size=(6 // group, 4, 5)), tf.float32)
-    weights = tf.constant(rng.uniform(0, 2, 6), tf.float32)
-    model = item2vec.Item2Vec(10, 5, negative_group=group)
-    with tf.GradientTape() as tape:
-        tape.watch([target, context, negatives])
-        loss = model.pair_loss(target, context, negatives)
-        total = tf.reduce_sum(loss * weights)
-    expected = tape.gradient(total, [target, context, negatives])
-    got_loss, *got = model.pair_gradients(target, context, negatives, weights)
-    np.testing.assert_allclose(got_loss.numpy(), loss.numpy(), rtol=1e-5)
-    for g, e in zip(got, expected, strict=True):
-        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
-
-
-def test_step_is_sgd_on_the_summed_loss():
-    """One sparse step (gather -> grads of the gathered rows -> scatter_sub) equals dense SGD on the full tables,
-    with repeated indices accumulating."""
-    config = _config(batch_size=8, negative_group=4, negatives=3)
+@pytest.mark.parametrize("group", [1, 2])
+def test_steps_are_per_pair_sgd_on_the_sgns_loss(group):
+    """Two steps of the compiled loop equal, pair by pair in order, an SGD step of size lr on ``losses.sgns`` of the
+    pair (gradients by autodiff at the rows before the update; repeated rows accumulate), with the negatives of the
+    step's stream shared by ``group`` consecutive pairs and lr = lr_start + lr_slope * step."""
+    batch, negatives, dim, key, lr_start, lr_slope = 4, 3, 5, 99, 0.5, -0.1
     counts = np.array([0, 0, 9, 5, 4, 3, 2, 1])
-    model = item2vec.Item2Vec(8, 4, negative_group=4, seed=1)
-    model.context_embedding.embeddings.assign(tf.random.stateless_normal([8, 4], seed=[1, 2]))
-    runner = item2vec_train.EpochRunner(model, item2vec_train.NoiseSampler(counts), config)
-    targets, contexts = tf.constant([2, 3, 2, 4, 5, 2, 7, 6]), tf.constant([3, 2, 4, 2, 2, 6, 3, 3])
-    weights, seed, lr = tf.constant([1.0] * 7 + [0.0]), tf.constant([5, 6], tf.int64), tf.constant(0.1)
-    before = [v.numpy() for v in (model.target_embedding.embeddings, model.context_embedding.embeddings)]
-    negatives = runner.sampler.sample([2, 3], seed)
-    tables = [tf.Variable(b) for b in before]
-    with tf.GradientTape() as tape:
-        loss = model.pair_loss(tf.gather(tables[0], targets), tf.gather(tables[1], contexts),
-                               tf.gather(tables[1], negatives))
-        total = tf.reduce_sum(loss * weights)
-    expected = [b - lr.numpy() * tf.convert_to_tensor(g).numpy()
-                for b, g in zip(before, tape.gradient(total, tables), strict=True)]
-    got_loss = runner._step(targets, contexts, weights, seed, lr)
-    np.testing.assert_allclose(got_loss.numpy(), total.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(model.target_embedding.embeddings.numpy(), expected[0], atol=1e-6)
-    np.testing.assert_allclose(model.context_embedding.embeddings.numpy(), expected[1], atol=1e-6)
+    sampler = item2vec_train.NoiseSampler(counts)
+    rng = np.random.default_rng(group)
+    target = rng.normal(size=(8, dim)).astype(np.float32)
+    context = rng.normal(size=(8, dim)).astype(np.float32)
+    targets = np.array([2, 3, 2, 4, 5, 2, 7], np.int32)  # 2 steps, the second one short
+    contexts = np.array([3, 2, 4, 2, 2, 6, 3], np.int32)
+    expected = [target.copy(), context.copy()]
+    total = 0.0
+    for step in range(2):
+        stream_key = (key + step * 0x9E3779B97F4A7C15) % 2**64
+        drawn = sampler.sample(negatives * -(-batch // group), stream_key).reshape(-1, negatives)
+        for p in range(step * batch, min(step * batch + batch, len(targets))):
+            tables = [tf.Variable(t) for t in expected]
+            with tf.GradientTape() as tape:
+                loss = sgns(tf.gather(tables[0], targets[p:p + 1]), tf.gather(tables[1], contexts[p:p + 1]),
+                            tf.gather(tables[1], drawn[(p - step * batch) // group][None]))
+            total += float(loss[0])
+            lr = lr_start + lr_slope * step
+            expected = [t - lr * tf.convert_to_tensor(g).numpy()
+                        for t, g in zip(expected, tape.gradient(loss, tables), strict=True)]
+    got = item2vec_train.sgns_steps(target, context, targets, contexts, sampler.prob, sampler.alias, negatives,
+                                    group, batch, np.uint64(key), 0, 2, lr_start, lr_slope)
+    assert got == pytest.approx(total, rel=1e-5)
+    np.testing.assert_allclose(target, expected[0], atol=1e-5)
+    np.testing.assert_allclose(context, expected[1], atol=1e-5)
+
+
+def test_learning_rate_decays_linearly_over_all_steps(planted):
+    """train_epochs gives step s of epoch e the rate lr0 + (lr1 - lr0) (e + s / steps) / epochs."""
+    users, items, times, vocab, _ = planted
+    config = _config(epochs=2, batch_size=256, log_every_steps=1000)
+    calls = []
+
+    def spy(*args):
+        calls.append(args[10:])  # first_step, num_steps, lr_start, lr_slope
+        return 0.0
+
+    with mock.patch.object(item2vec_train, "sgns_steps", spy):
+        item2vec.train_item2vec(config, users, items, times, vocab)
+    for epoch, (first, count, lr_start, lr_slope) in enumerate(calls):
+        assert first == 0
+        for s in (0, count - 1):
+            fraction = (epoch + s / count) / config.epochs
+            assert lr_start + lr_slope * s == pytest.approx(
+                config.learning_rate + (config.min_learning_rate - config.learning_rate) * fraction)
+
+
+def test_hogwild_threads_train_as_well(planted):
+    """Two threads (not reproducible) still recover the planted clusters."""
+    users, items, times, vocab, _ = planted
+    vectors = item2vec.train_item2vec(_config(threads=2, batch_size=32), users, items, times, vocab)
+    unit = vectors[2:] / np.linalg.norm(vectors[2:], axis=1, keepdims=True)
+    cluster = _cluster_of(vocab)
+    same = cluster[:, None] == cluster[None, :]
+    assert (unit @ unit.T)[same & ~np.eye(len(cluster), dtype=bool)].mean() - (unit @ unit.T)[~same].mean() > 0.5
+
+
+def test_training_without_checkpoints_imports_no_tensorflow():
+    code = ("import sys, numpy as np; from retrieval.data import Vocabulary; from retrieval.models import item2vec;"
+            " items = np.char.add('i', (np.arange(400) % 7).astype(str)); vocab = Vocabulary.from_ids(items);"
+            " config = item2vec.default_item2vec_config(); config.update(dict(dim=8, epochs=1, batch_size=64));"
+            " item2vec.train_item2vec(config, np.repeat(np.arange(40), 10), vocab.lookup(items), None, vocab);"
+            " assert 'tensorflow' not in sys.modules, 'tensorflow was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_deterministic_under_a_seed(planted):
@@ -166,18 +190,18 @@ def test_resume_continues_the_same_run(planted, tmp_path):
     """Interrupted mid-epoch and resumed from the checkpoint: the same vectors as the uninterrupted run; a finished
     run returns its vectors without training. (Also exercises subsampling.)"""
     users, items, times, vocab, _ = planted
-    config = _config(subsample=0.02, batch_size=2048, negative_group=64, epochs=2, log_every_steps=1,
+    config = _config(subsample=0.02, batch_size=512, negative_group=64, epochs=2, log_every_steps=1,
                      checkpoint_every_steps=1)
     straight = item2vec.train_item2vec(config, users, items, times, vocab)
-    real_run, calls = item2vec_train.EpochRunner.run, []
+    real_steps, calls = item2vec_train.sgns_steps, []
 
-    def interrupted(self, *args):
-        calls.append(args[3].numpy())
+    def interrupted(*args):
+        calls.append(args[10])
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_run.__get__(self, type(self))(*args)
+        return real_steps(*args)
 
-    with mock.patch.object(item2vec_train.EpochRunner, "run", interrupted), pytest.raises(KeyboardInterrupt):
+    with mock.patch.object(item2vec_train, "sgns_steps", interrupted), pytest.raises(KeyboardInterrupt):
         item2vec.train_item2vec(config, users, items, times, vocab, checkpoint_dir=tmp_path)
     resumed = item2vec.train_item2vec(config, users, items, times, vocab, checkpoint_dir=tmp_path)
     np.testing.assert_array_equal(resumed, straight)
@@ -225,6 +249,22 @@ def test_config_errors_are_input_errors(planted, key, value):
     users, items, times, vocab, _ = planted
     with pytest.raises(InputError):
         item2vec.train_item2vec(_config(**{key: value}), users, items, times, vocab)
+
+
+def test_epoch_pairs_are_the_skipgram_pairs_shuffled():
+    """Without the dynamic window and subsampling, an epoch holds exactly ``skipgram_pairs``' pairs (pad/OOV
+    dropped), in a seeded order."""
+    rng = np.random.default_rng(0)
+    users = np.sort(rng.integers(0, 30, 500))
+    items = rng.integers(0, 20, 500).astype(np.int32)  # indices 0 and 1 (pad, OOV) included
+    config = _config(window=3, shrink_window=False, subsample=0.0)
+    targets, contexts = item2vec_train.epoch_pairs(users, items, np.ones(20), config, 0)
+    reference = skipgram_pairs(users, items, window=3)
+    pairs = sorted(zip(targets, contexts, strict=True))
+    assert pairs == sorted(zip(reference["target"], reference["context"], strict=True))
+    again = item2vec_train.epoch_pairs(users, items, np.ones(20), config, 0)
+    other = item2vec_train.epoch_pairs(users, items, np.ones(20), config, 1)
+    assert np.array_equal(targets, again[0]) and not np.array_equal(targets, other[0])
 
 
 def test_shrink_window_weights_pairs_by_distance():

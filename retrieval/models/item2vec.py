@@ -8,20 +8,21 @@ subsampled with ``p_keep = min(1, sqrt(t/f) + t/f)``, a fresh draw each epoch):
 
     loss(i, j) = -log sigmoid(u_i . v_j) - sum_{k=1..K} log sigmoid(-u_i . v_{n_k}),   n_k ~ P(n) = count_n^0.75 / Z
 
-computed by ``retrieval.losses.sgns``. ``u`` is the input (target) table, ``v`` the output (context) table, separate
-as in word2vec; the output table starts at zero and the input table at U(-0.5/d, 0.5/d) (word2vec's init). The item
-vectors are the input table (``vectors="input"``, word2vec's choice), or the mean of both (``"average"``). Items are
-compared by cosine similarity, so the export's ``metric`` is ``"cosine"``.
+(``retrieval.losses.sgns``; ``tests/test_item2vec.py`` checks the training step against its autodiff). ``u`` is
+the input (target) table, ``v`` the output (context) table, separate as in word2vec; the output table starts at
+zero and the input table at U(-0.5/d, 0.5/d) (word2vec's init). The item vectors are the input table
+(``vectors="input"``, word2vec's choice), or the mean of both (``"average"``). Items are compared by cosine
+similarity, so the export's ``metric`` is ``"cosine"``.
 
 Negatives: each pair's ``K`` negatives are ``K`` draws from the noise. With ``negative_group = g > 1``, ``g``
-consecutive pairs of the (shuffled) batch share one draw of ``K`` negatives: every pair's negatives are still ``K``
-independent noise draws, so the expected gradient is unchanged, only correlated within a group; it turns ``B * K``
-row gathers and scatter updates per step into ``B * K / g`` and the per-pair dot products into one small matmul per
-group. ``g = 1`` is word2vec's independent sampling.
+consecutive pairs of the (shuffled) epoch share one draw of ``K`` negatives: every pair's negatives are still ``K``
+independent noise draws, so the expected gradient is unchanged, only correlated within a group. ``g = 1`` (the
+default) is word2vec's independent sampling.
 
-Training: :func:`train_item2vec` (sparse SGD with word2vec's linearly decaying learning rate; see
-``retrieval.models.item2vec_train``). Export: ``retrieval.export.export_item2vec`` writes a run's ``item_embeddings.parquet`` and
-a mean-pooling ``user_tower`` SavedModel, so evaluation and serving treat an Item2Vec run like any other.
+Training: :func:`train_item2vec`, word2vec's per-pair SGD with a linearly decaying learning rate in a compiled loop
+(``retrieval.models.item2vec_train``; ``docs/item2vec.md`` says why it is fast). It imports no TensorFlow unless it
+checkpoints. Export: ``retrieval.export.export_item2vec`` writes a run's ``item_embeddings.parquet`` and a mean-pooling
+``user_tower`` SavedModel, so evaluation and serving treat an Item2Vec run like any other.
 """
 
 from __future__ import annotations
@@ -30,15 +31,12 @@ from typing import Optional
 
 import ml_collections
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval import checkpoints
 from retrieval.artifacts import PathLike
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
-from retrieval.losses import logistic_from_logits
 from retrieval.models import item2vec_train
 
 VECTORS = ("input", "average")
@@ -62,20 +60,25 @@ def default_item2vec_config() -> ml_collections.ConfigDict:
     # K: negatives per pair, drawn from count ** noise_exponent (0.75 as in word2vec).
     config.negatives = 5
     config.noise_exponent = 0.75
-    # g: consecutive pairs of a shuffled batch sharing one draw of K negatives (1: independent negatives, as in
-    # word2vec; larger is faster, with the same expected gradient). Must divide batch_size.
-    config.negative_group = 128
+    # g: consecutive pairs of a shuffled epoch sharing one draw of K negatives (1: independent negatives, as in
+    # word2vec; the expected gradient is the same for any g). Must divide batch_size.
+    config.negative_group = 1
     # Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability
     # min(1, sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling.
     config.subsample = 1e-3
     # Passes over the pairs.
     config.epochs = 5
-    # Pairs per SGD step. The loss is summed over the batch, so learning_rate is a per-pair step as in word2vec.
+    # Pairs per step: every pair is its own SGD update (word2vec's); a step is the unit of the learning-rate schedule
+    # (constant within a step), of logging, checkpointing and resumption.
     config.batch_size = 8192
     # Learning rate, decayed linearly with training progress down to min_learning_rate (word2vec / gensim: 0.025 and
     # 0.0001).
     config.learning_rate = 0.025
     config.min_learning_rate = 0.0001
+    # Threads running the SGD loop. 1: a run is bit-reproducible under its seed (and resumes exactly). n > 1:
+    # Hogwild (Recht et al. 2011, as word2vec's and gensim's workers): n threads update the shared tables without
+    # locks, each on its own part of every chunk of steps; ~n times faster on n free cores, not reproducible.
+    config.threads = 1
     # Item vectors: "input" (the target table, as word2vec) or "average" (mean of the target and context tables).
     config.vectors = "input"
     # Log loss and pairs/s every this many steps; checkpoint every this many steps (and at each epoch's end).
@@ -87,75 +90,8 @@ def default_item2vec_config() -> ml_collections.ConfigDict:
     return config
 
 
-class Item2Vec(tf.keras.Model):
-    """SGNS model with separate target (input) and context (output) item tables of shape ``[num_items, dim]``.
-
-    ``call({"target": [B], "context": [B], "negatives": [B // g, K]})`` returns the per-pair loss ``[B]``.
-    """
-
-    def __init__(self, num_items: int, dim: int, negative_group: int = 1, seed: int = 0, name: str = "item2vec"):
-        super().__init__(name=name)
-        self.num_items, self.dim, self.negative_group = int(num_items), int(dim), int(negative_group)
-        if self.negative_group < 1:
-            raise InputError("negative_group must be >= 1", field="item2vec.negative_group")
-        init = tf.keras.initializers.RandomUniform(-0.5 / dim, 0.5 / dim, seed=seed)
-        self.target_embedding = tf.keras.layers.Embedding(num_items, dim, embeddings_initializer=init,
-                                                          name="target_embedding")
-        self.context_embedding = tf.keras.layers.Embedding(num_items, dim, embeddings_initializer="zeros",
-                                                           name="context_embedding")
-        self.target_embedding.build(None)
-        self.context_embedding.build(None)
-
-    def _grouped_logits(self, target: tf.Tensor, context: tf.Tensor,
-                        negatives: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        """``(u, v, s+, s)``: target and context vectors as groups ``[G, g, d]`` (group ``r`` = pairs ``r * g ..
-        r * g + g - 1``, sharing the negatives ``[G, K, d]``), their logits ``s+ = u . v`` ``[G, g]`` and the
-        negative logits ``s_k = u . n_k`` ``[G, g, K]`` (one batched matmul)."""
-        u, v = (tf.reshape(x, [-1, self.negative_group, self.dim]) for x in (target, context))
-        return u, v, tf.reduce_sum(u * v, axis=-1), tf.matmul(u, negatives, transpose_b=True)
-
-    def pair_loss(self, target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor) -> tf.Tensor:
-        """``sgns`` per pair from vectors: target, context ``[B, d]``, negatives ``[B // g, K, d]`` (row ``r`` serves
-        pairs ``r * g .. r * g + g - 1``)."""
-        _, _, positive, negative = self._grouped_logits(target, context, negatives)
-        return tf.reshape(logistic_from_logits(positive, negative), [-1])
-
-    def pair_gradients(self, target: tf.Tensor, context: tf.Tensor, negatives: tf.Tensor,
-                       weights: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        """``(loss [B], d_target [B, d], d_context [B, d], d_negatives [B // g, K, d])``: the per-pair ``pair_loss``
-        and the gradients of ``sum_i weights_i * loss_i`` with respect to the three inputs, in closed form.
-
-        With ``s+ = u . v`` and ``s_k = u . n_k``: ``d loss / d s+ = sigmoid(s+) - 1`` and ``d loss / d s_k =
-        sigmoid(s_k)`` (word2vec's update, Mikolov et al. 2013), so ``d_u = (sigmoid(s+) - 1) v + sum_k sigmoid(s_k)
-        n_k``, ``d_v = (sigmoid(s+) - 1) u`` and a shared negative gets the sum over its group. Written out by hand
-        because automatic differentiation costs about twice as many ops per training step;
-        ``tests/test_item2vec.py`` checks it against ``tf.GradientTape``."""
-        u, v, positive, negative = self._grouped_logits(target, context, negatives)
-        weights = tf.reshape(weights, [-1, self.negative_group])
-        d_positive = ((tf.sigmoid(positive) - 1.0) * weights)[..., tf.newaxis]  # [G, g, 1]
-        d_negative = tf.sigmoid(negative) * weights[..., tf.newaxis]  # [G, g, K]
-        d_target = d_positive * v + tf.matmul(d_negative, negatives)
-        d_negatives = tf.matmul(d_negative, u, transpose_a=True)  # [G, K, d]
-        return (tf.reshape(logistic_from_logits(positive, negative), [-1]), tf.reshape(d_target, [-1, self.dim]),
-                tf.reshape(d_positive * u, [-1, self.dim]), d_negatives)
-
-    def call(self, inputs: dict) -> tf.Tensor:
-        return self.pair_loss(self.target_embedding(inputs["target"]), self.context_embedding(inputs["context"]),
-                              self.context_embedding(inputs["negatives"]))
-
-    def vectors(self, which: str = "input") -> np.ndarray:
-        """Item vectors ``[num_items, dim]`` float32 by index (rows 0 and 1, pad and OOV, are zero)."""
-        if which not in VECTORS:
-            raise InputError(f"vectors must be one of {VECTORS}, got {which!r}", field="item2vec.vectors")
-        table = self.target_embedding.embeddings.numpy()
-        if which == "average":
-            table = (table + self.context_embedding.embeddings.numpy()) / 2
-        table[:NUM_RESERVED] = 0.0
-        return table.astype(np.float32)
-
-
 def _check(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> None:
-    positive = ("dim", "window", "negatives", "epochs", "batch_size", "negative_group")
+    positive = ("dim", "window", "negatives", "epochs", "batch_size", "negative_group", "threads")
     for key in positive:
         if int(config[key]) < 1:
             raise InputError(f"{key} must be >= 1, got {config[key]}", field=f"item2vec.{key}")
@@ -181,29 +117,56 @@ def train_item2vec(config: ml_collections.ConfigDict, user_idx: np.ndarray, item
       checkpoint_dir: resume from / save to this directory; a finished run returns its vectors without training.
     """
     _check(config, item_vocab)
-    model = Item2Vec(item_vocab.size, config.dim, config.negative_group, seed=config.seed)
-    state = {"epoch": tf.Variable(0, dtype=tf.int64, name="epoch"), "step": tf.Variable(0, dtype=tf.int64, name="step")}
-    manager = None
+    tables = item2vec_train.initial_tables(item_vocab.size, config.dim, config.seed)
+    state = {"epoch": 0, "step": 0}
+    checkpoint = None
     if checkpoint_dir is not None:
-        checkpoint = tf.train.Checkpoint(model=model, **state)
-        manager = tf.train.CheckpointManager(checkpoint, str(checkpoint_dir), max_to_keep=config.keep_checkpoints)
-        restored = checkpoints.restore_newest_intact(checkpoint, manager)
-        if restored:
-            logging.info("item2vec resumed from %s (epoch %d, step %d)", restored, int(state["epoch"]),
-                         int(state["step"]))
-    if int(state["epoch"]) < config.epochs:
+        checkpoint = _TableCheckpoint(tables, state, checkpoint_dir, config.keep_checkpoints)
+    if state["epoch"] < config.epochs:
         user_idx = np.asarray(user_idx, np.int64)
         order = (np.lexsort((np.asarray(timestamps), user_idx)) if timestamps is not None
                  else np.argsort(user_idx, kind="stable"))
         sampler = item2vec_train.NoiseSampler(item_vocab.counts, config.noise_exponent)
-        runner = item2vec_train.EpochRunner(model, sampler, config)
-        item2vec_train.train_epochs(runner, user_idx[order], np.asarray(item_idx)[order], item_vocab.counts, config,
-                                    state, manager)
-    return model.vectors(config.vectors)
+        item2vec_train.train_epochs(tables, sampler, user_idx[order], np.asarray(item_idx)[order], item_vocab.counts,
+                                    config, state, checkpoint.save if checkpoint is not None else None)
+    return item2vec_train.table_vectors(*tables, config.vectors)
 
 
-class PretrainedInitializer(tf.keras.initializers.Initializer):
-    """Initialises a ``[V, d]`` table with given vectors (e.g. Item2Vec's) instead of random values."""
+class _TableCheckpoint:
+    """Checkpoints of the two tables and the training position (``state``) in ``directory`` (TensorFlow's format
+    and ``checkpoints.restore_newest_intact``, so a damaged newest checkpoint falls back to the previous one).
+    Restores the newest intact one into ``tables`` and ``state`` on construction. TensorFlow is imported here only:
+    training without checkpoints does not load it."""
+
+    def __init__(self, tables: tuple[np.ndarray, np.ndarray], state: dict, directory: PathLike, keep: int):
+        import tensorflow as tf
+
+        from retrieval import checkpoints
+
+        self.tables, self.state = tables, state
+        self.variables = {"target": tf.Variable(tables[0], name="target"),
+                          "context": tf.Variable(tables[1], name="context"),
+                          "epoch": tf.Variable(0, dtype=tf.int64, name="epoch"),
+                          "step": tf.Variable(0, dtype=tf.int64, name="step")}
+        checkpoint = tf.train.Checkpoint(**self.variables)
+        self.manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=keep)
+        restored = checkpoints.restore_newest_intact(checkpoint, self.manager)
+        if restored:
+            tables[0][...], tables[1][...] = self.variables["target"].numpy(), self.variables["context"].numpy()
+            state["epoch"], state["step"] = int(self.variables["epoch"]), int(self.variables["step"])
+            logging.info("item2vec resumed from %s (epoch %d, step %d)", restored, state["epoch"], state["step"])
+
+    def save(self) -> None:
+        for name, table in zip(("target", "context"), self.tables, strict=True):
+            self.variables[name].assign(table)
+        self.variables["epoch"].assign(self.state["epoch"])
+        self.variables["step"].assign(self.state["step"])
+        self.manager.save()
+
+
+class PretrainedInitializer:
+    """Initialises a ``[V, d]`` table with given vectors (e.g. Item2Vec's) instead of random values (a callable
+    ``embeddings_initializer``; Keras accepts any)."""
 
     def __init__(self, vectors: np.ndarray):
         self.vectors = np.asarray(vectors, np.float32)
@@ -211,6 +174,8 @@ class PretrainedInitializer(tf.keras.initializers.Initializer):
     def __call__(self, shape, dtype=None, **kwargs):
         if tuple(shape) != self.vectors.shape:
             raise InputError(f"pretrained vectors have shape {self.vectors.shape}, the table {tuple(shape)}")
+        import tensorflow as tf
+
         return tf.constant(self.vectors, dtype=dtype or tf.float32)
 
 

@@ -1,194 +1,308 @@
-"""Item2Vec training internals: noise sampler, per-epoch skip-gram pairs and the sparse-SGD epoch loop.
+"""Item2Vec training internals: the noise sampler, per-epoch skip-gram pairs and the compiled SGNS loop.
 
 The public entry point is :func:`retrieval.models.item2vec.train_item2vec`; this module holds the machinery it runs.
 
-Speed (2 CPU cores): every epoch's pairs are built in numpy (``skipgram_pairs``, vectorized) and shuffled once, in
-a background thread while the previous epoch trains, then fed to one ``tf.function`` that runs many steps in a
-``tf.while_loop`` (no Python per step). A step gathers the rows it needs, computes the SGNS gradients of those rows
-in closed form (``Item2Vec.pair_gradients``) and subtracts them with ``scatter_sub`` (plain SGD on the touched rows;
-the rest of the tables is never read or written). The loss is summed over the batch and scaled by the learning rate,
-so the update of a pair is word2vec's per-pair SGD step whatever the batch size. Negatives shared by groups of pairs
-(``negative_group``) cut the scattered rows from ``B * (2 + K)`` to about ``2 * B`` per step. The scatters are
-XLA-compiled: TensorFlow's CPU scatter kernel spends ~100 ns per 64-float row (and switches to a parallel version
-with row locks from 1024 rows on), XLA's fused loop about a tenth of that (1.5x faster training on ML-1M).
+Speed and memory (2 CPU cores, ML-1M; ``benchmarks/bench_item2vec.py``, figures in ``docs/item2vec.md``): SGNS
+touches ``2 + K`` rows of 64 floats per pair and does ~20 short vector operations on them, so it is bound by
+per-operation overhead, not arithmetic. The TensorFlow version (one ``tf.function`` of many steps, closed-form
+gradients, XLA-compiled ``scatter_sub``) reached 8M pairs/s once traced, but paid ~0.8 s of tracing and XLA
+compilation per run and ~465 MB of TensorFlow in the process (1.9x gensim's peak RSS before training began). The
+loop here is one Numba-compiled function (``numba`` installs as a wheel from PyPI, no compiler needed; compiled
+code is cached on disk beside this module, so only the first run after an install compiles): per pair it reads the
+rows in place, computes the ``1 + K`` dot products, and applies word2vec's SGD update to exactly those rows, with no
+gathers, scatters or temporaries. An epoch's pairs are written by a second compiled function straight into their
+(shuffled) arrays, in a background thread while the previous epoch trains (both release the GIL, ``nogil``).
 
-Determinism: negatives are drawn with stateless ops keyed by ``(seed, epoch, step)``, windows, subsamples and
-shuffles by numpy generators keyed by ``(seed, epoch)``, and XLA's scatter is a sequential loop (colliding rows
-are summed in one fixed order), so a run is bit-reproducible under its seed and a run resumed from a checkpoint
-continues the very same stream.
+Determinism: windows, subsamples and shuffles come from numpy generators keyed by ``(seed, epoch)``; negatives from
+a splitmix64 stream keyed by ``(seed, epoch, step)`` inside the loop; pairs are applied in one fixed order. A run is
+bit-reproducible under its seed, and a run resumed from a checkpoint (taken between steps) continues the very same
+stream.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import ml_collections
+import numba
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
-import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval.data.examples import noise_distribution, skipgram_pairs
+from retrieval.data.examples import _subsample as subsample_mask  # the one copy of the subsampling rule
+from retrieval.data.examples import noise_distribution
+from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
+
+# fastmath without "nnan"/"ninf": the divergence check must see inf and nan.
+_FAST = {"reassoc", "contract", "nsz", "arcp", "afn"}
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _generator(seed: int, *words: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), *words]))
 
 
-class NoiseSampler(tf.Module):
+def _stream_seed(seed: int, epoch: int) -> np.uint64:
+    """The 64-bit key of an epoch's negative stream (step ``s`` then uses ``key + s * golden``)."""
+    return np.random.SeedSequence([int(seed), int(epoch), 3]).generate_state(1, np.uint64)[0]
+
+
+@numba.njit(inline="always")
+def _splitmix64(state: np.ndarray) -> np.uint64:
+    """Next value of the splitmix64 generator whose state is ``state[0]`` (advanced in place)."""
+    state[0] += _GOLDEN
+    z = state[0]
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(inline="always")
+def _draw(prob: np.ndarray, alias: np.ndarray, state: np.ndarray) -> int:
+    """One alias-method draw: the high 32 bits pick a column, the low 32 bits accept it or take its alias."""
+    bits = _splitmix64(state)
+    column = int((bits >> np.uint64(32)) * np.uint64(len(prob)) >> np.uint64(32))
+    accept = float(bits & np.uint64(0xFFFFFFFF)) * (1.0 / 4294967296.0)
+    return column if accept < prob[column] else alias[column]
+
+
+@numba.njit(nogil=True, cache=True)
+def _sample(prob: np.ndarray, alias: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
+    state = np.array([key], np.uint64)
+    out = np.empty(n, np.int32)
+    for i in range(n):
+        out[i] = _draw(prob, alias, state)
+    return out
+
+
+class NoiseSampler:
     """Draws item indices from the SGNS noise ``P(i) = count_i^alpha / sum_j count_j^alpha`` (``noise_distribution``).
 
-    A categorical over the noise, sampled by inversion: a stateless uniform ``u`` in [0, 1) (keyed by ``seed``) maps
-    to the first index whose float64 CDF exceeds ``u`` (``tf.searchsorted``, O(log V) per draw). Chosen over
-    ``tf.random.fixed_unigram_candidate_sampler``, whose state lives in the kernel: stateless draws make a run exactly
-    reproducible and resumable from a checkpoint, and the CDF is a tensor rather than a V-long float list in the
-    graph. Pad / OOV (count 0) are never drawn.
+    Vose's alias method: O(V) to build, O(1) per draw (one 64-bit random number: a column and an acceptance test),
+    exact up to float64 rounding of ``P``. Chosen over inverse-CDF search (O(log V) per draw, ~5x slower here) and
+    word2vec's fixed-size unigram table (which rounds every probability to a multiple of 1 / table size and never
+    draws the rarest items). Pad / OOV (count 0) are never drawn: their column always takes its alias.
     """
 
     def __init__(self, counts: np.ndarray, alpha: float = 0.75):
-        super().__init__(name="noise_sampler")
-        cdf = np.cumsum(noise_distribution(counts, alpha))
-        self.cdf = tf.constant(cdf / cdf[-1], tf.float64)  # last entry exactly 1, so every u < 1 finds an index
+        p = noise_distribution(counts, alpha)
+        n = len(p)
+        scaled = p * n
+        prob, alias = np.zeros(n, np.float64), np.arange(n, dtype=np.int32)
+        small, large = [i for i in range(n) if scaled[i] < 1.0], [i for i in range(n) if scaled[i] >= 1.0]
+        while small and large:
+            s, g = small.pop(), large.pop()
+            prob[s], alias[s] = scaled[s], g
+            scaled[g] -= 1.0 - scaled[s]
+            (small if scaled[g] < 1.0 else large).append(g)
+        for i in large + small:  # what is left has probability 1 up to rounding (never a zero-count column)
+            prob[i] = 1.0 if p[i] > 0 else 0.0
+        self.prob, self.alias = prob, alias
 
-    def sample(self, shape, seed: tf.Tensor) -> tf.Tensor:
-        """int32 indices of the given shape; ``seed`` is a stateless seed ``[2]`` (int32 or int64)."""
-        uniform = tf.random.stateless_uniform([tf.reduce_prod(shape)], seed=seed, dtype=tf.float64)
-        return tf.reshape(tf.searchsorted(self.cdf, uniform, side="right", out_type=tf.int32), shape)
+    def sample(self, n: int, key: int) -> np.ndarray:
+        """``n`` int32 draws of the stream keyed by ``key`` (the same stream the training loop draws from)."""
+        return _sample(self.prob, self.alias, int(n), np.uint64(key))
+
+
+def initial_tables(num_items: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """word2vec's initialisation: the target (input) table ``U(-0.5/d, 0.5/d)``, the context (output) table zero;
+    float32 ``[num_items, dim]`` each."""
+    target = _generator(seed, 4).uniform(-0.5 / dim, 0.5 / dim, size=(num_items, dim)).astype(np.float32)
+    return target, np.zeros((num_items, dim), np.float32)
+
+
+def table_vectors(target: np.ndarray, context: np.ndarray, which: str) -> np.ndarray:
+    """Item vectors by index: the target table (``"input"``) or the mean of both tables (``"average"``); rows 0 and
+    1 (pad, OOV) zero."""
+    table = (target + context) / 2 if which == "average" else target.copy()
+    table[:NUM_RESERVED] = 0.0
+    return table.astype(np.float32)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def sgns_steps(target_table, context_table, targets, contexts, prob, alias, negatives, group, batch_size, key,
+               first_step, num_steps, lr_start, lr_slope):
+    """Runs SGD steps ``first_step .. first_step + num_steps - 1`` (step ``s``: pairs ``s * batch_size ..``, in
+    order) on the tables in place and returns the summed SGNS loss (float64) of those pairs.
+
+    For a pair (target ``t``, context ``c``) with negatives ``n_1..n_K`` (a fresh draw for every ``group``
+    consecutive pairs of a step, from the stream ``key + s * golden``), with ``u = target_table[t]`` and
+    ``v_x = context_table[x]``: ``loss = softplus(-u.v_c) + sum_k softplus(u.v_{n_k})`` (``= -log s(u.v_c) -
+    sum_k log s(-u.v_{n_k})``), and one SGD step of size ``lr`` on it: ``v_c -= lr (s(u.v_c) - 1) u``,
+    ``v_{n_k} -= lr s(u.v_{n_k}) u``, ``u -= lr ((s(u.v_c) - 1) v_c + sum_k s(u.v_{n_k}) v_{n_k})``, every
+    gradient taken at the rows before the update (repeated rows accumulate): word2vec's update, Mikolov et al. 2013.
+    ``lr = lr_start + lr_slope * s``: the learning rate is constant within a step. The loss is taken as ``-log`` of
+    the product of the ``1 + K`` sigmoids (one log per pair; inf only once a logit passes ~700, i.e. divergence).
+    Calls on disjoint step ranges may run concurrently on the same tables (Hogwild; ``train_epochs``' threads).
+    """
+    dim = target_table.shape[1]
+    neu = np.empty(dim, np.float32)
+    drawn = np.empty(negatives, np.int32)
+    grads = np.empty(negatives, np.float32)
+    state = np.empty(1, np.uint64)
+    total = 0.0
+    num_pairs = len(targets)
+    for step in range(first_step, first_step + num_steps):
+        lr = lr_start + lr_slope * step
+        state[0] = key + np.uint64(step) * np.uint64(0x9E3779B97F4A7C15)
+        start = step * batch_size
+        for p in range(start, min(start + batch_size, num_pairs)):
+            if (p - start) % group == 0:
+                for k in range(negatives):
+                    drawn[k] = _draw(prob, alias, state)
+            u = target_table[targets[p]]
+            v = context_table[contexts[p]]
+            score = np.float32(0.0)
+            for j in range(dim):
+                score += u[j] * v[j]
+            likelihood = 1.0 / (1.0 + np.exp(-score))  # s(u.v_c); exp may overflow to inf, giving exactly 0
+            g_pos = np.float32(lr * (1.0 - likelihood))
+            for k in range(negatives):
+                n = context_table[drawn[k]]
+                s = np.float32(0.0)
+                for j in range(dim):
+                    s += u[j] * n[j]
+                miss = 1.0 / (1.0 + np.exp(s))  # s(-u.v_n) = 1 - s(u.v_n)
+                likelihood *= miss
+                grads[k] = np.float32(-lr * (1.0 - miss))
+            total -= np.log(likelihood)  # one log per pair; inf only when a logit passes ~700 (diverged)
+            for j in range(dim):
+                neu[j] = g_pos * v[j]
+            for k in range(negatives):
+                n = context_table[drawn[k]]
+                g = grads[k]
+                for j in range(dim):
+                    neu[j] += g * n[j]
+            for j in range(dim):
+                v[j] += g_pos * u[j]
+            for k in range(negatives):
+                n = context_table[drawn[k]]
+                g = grads[k]
+                for j in range(dim):
+                    n[j] += g * u[j]
+            for j in range(dim):
+                u[j] += neu[j]
+    return total
+
+
+def compile_loop() -> float:
+    """Compiles the training loop and the sampler into Numba's on-disk cache (or loads them from it); returns the
+    seconds it took. Training does this on its first call anyway; benchmarks call it first to time the cached
+    state, which is what every run after the first one sees."""
+    started = time.perf_counter()
+    tables = initial_tables(4, 2, 0)
+    sampler = NoiseSampler(np.array([0, 0, 1, 1]))
+    sampler.sample(1, 0)
+    pairs = np.array([2, 3], np.int32)
+    sgns_steps(*tables, pairs, pairs[::-1].copy(), sampler.prob, sampler.alias, 1, 1, 2, np.uint64(0), 0, 1, 0.0, 0.0)
+    _window_pairs(np.zeros(2, np.int64), pairs, np.ones(1, np.int64), np.uint64(0))
+    return time.perf_counter() - started
+
+
+@numba.njit(nogil=True, cache=True)
+def _window_pairs(users: np.ndarray, items: np.ndarray, windows: np.ndarray, key: np.uint64):
+    """Both directions of every two entries of the same user at most ``windows[user]`` positions apart (``users``
+    sorted), as two int32 arrays, shuffled in place (Fisher-Yates on the splitmix64 stream ``key``)."""
+    n, count = len(items), 0
+    for i in range(n):
+        for j in range(i + 1, min(i + windows[users[i]] + 1, n)):
+            if users[j] != users[i]:
+                break
+            count += 2
+    targets, contexts = np.empty(count, np.int32), np.empty(count, np.int32)
+    at = 0
+    for i in range(n):
+        for j in range(i + 1, min(i + windows[users[i]] + 1, n)):
+            if users[j] != users[i]:
+                break
+            targets[at], contexts[at], targets[at + 1], contexts[at + 1] = items[i], items[j], items[j], items[i]
+            at += 2
+    state = np.array([key], np.uint64)
+    for i in range(count - 1, 0, -1):
+        j = int((_splitmix64(state) >> np.uint64(32)) * np.uint64(i + 1) >> np.uint64(32))
+        targets[i], targets[j] = targets[j], targets[i]
+        contexts[i], contexts[j] = contexts[j], contexts[i]
+    return targets, contexts
 
 
 def epoch_pairs(users: np.ndarray, items: np.ndarray, counts: np.ndarray, config: ml_collections.ConfigDict,
                 epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffled (target, context) int32 arrays of one epoch: ``skipgram_pairs`` over time-ordered sequences
-    (``users``/``items`` sorted by user, then time) with a fresh frequent-item subsample per epoch, as word2vec draws
-    it again on every pass.
+    """Shuffled (target, context) int32 arrays of one epoch: the pairs of ``skipgram_pairs`` over time-ordered
+    sequences (``users``/``items`` sorted by user, then time; pad/OOV dropped, then frequent items subsampled with a
+    fresh draw per epoch, as word2vec draws it again on every pass), built in one compiled pass into their final
+    arrays (no per-distance temporaries: the fixed-window epoch of ML-1M holds ~5.7M pairs).
 
     With ``shrink_window``, each user gets a window ``b ~ U{1..window}`` for the epoch (word2vec's dynamic window,
     drawn per user and epoch instead of per target occurrence): a pair ``k`` positions apart is then trained with
     probability ``(window - k + 1) / window``, word2vec's expected weighting of near context, from about
     ``(window + 1) / (2 * window)`` of the pairs.
     """
-    windows = np.full(int(users.max(initial=0)) + 1, config.window)
+    windows = np.full(int(users.max(initial=0)) + 1, config.window, np.int64)
     if config.shrink_window:
         windows = _generator(config.seed, epoch, 2).integers(1, config.window + 1, size=len(windows))
-    targets, contexts = [], []
-    for window in np.unique(windows):
-        chosen = windows[users] == window
-        seed = int(_generator(config.seed, epoch, 0, int(window)).integers(2**63))
-        pairs = skipgram_pairs(users[chosen], items[chosen], None, window=int(window),
-                               subsample=config.subsample or None, counts=counts, seed=seed)
-        targets.append(pairs["target"])
-        contexts.append(pairs["context"])
-    targets, contexts = np.concatenate(targets), np.concatenate(contexts)
-    order = _generator(config.seed, epoch, 1).permutation(len(targets))
-    return targets[order], contexts[order]
+    kept = items >= NUM_RESERVED
+    if config.subsample:
+        kept &= subsample_mask(np.where(kept, items, 0), np.asarray(counts, np.float64), config.subsample,
+                               _generator(config.seed, epoch, 0))
+    key = np.random.SeedSequence([int(config.seed), int(epoch), 1]).generate_state(1, np.uint64)[0]
+    return _window_pairs(np.asarray(users, np.int64)[kept], np.asarray(items, np.int32)[kept], windows, key)
 
 
-@tf.function(jit_compile=True)
-def _scatter_sub(table: tf.Variable, rows: tf.Tensor, indices: tf.Tensor) -> None:
-    """``table[indices] -= rows`` (repeated indices accumulate), XLA-compiled (see the module docstring)."""
-    table.scatter_sub(tf.IndexedSlices(rows, indices))
-
-
-class EpochRunner(tf.Module):
-    """Runs SGD steps of one epoch's pairs on an ``Item2Vec`` model (see the module docstring)."""
-
-    def __init__(self, model, sampler: NoiseSampler, config: ml_collections.ConfigDict):
-        super().__init__(name="epoch_runner")
-        self.model, self.sampler = model, sampler
-        self.batch_size, self.negatives = int(config.batch_size), int(config.negatives)
-        self.group = int(model.negative_group)
-        self.seed, self.epochs = int(config.seed), int(config.epochs)
-        self.learning_rate, self.min_learning_rate = float(config.learning_rate), float(config.min_learning_rate)
-
-    def _step(self, targets: tf.Tensor, contexts: tf.Tensor, weights: tf.Tensor, seed: tf.Tensor,
-              learning_rate: tf.Tensor) -> tf.Tensor:
-        target_table = self.model.target_embedding.embeddings
-        context_table = self.model.context_embedding.embeddings
-        negatives = self.sampler.sample([self.batch_size // self.group, self.negatives], seed)
-        u = tf.gather(target_table, targets)
-        v = tf.gather(context_table, contexts)
-        n = tf.gather(context_table, negatives)
-        losses, du, dv, dn = self.model.pair_gradients(u, v, n, weights * learning_rate)
-        _scatter_sub(target_table, du, targets)
-        _scatter_sub(context_table, tf.concat([dv, tf.reshape(dn, [-1, n.shape[-1]])], 0),
-                     tf.concat([contexts, tf.reshape(negatives, [-1])], 0))
-        return tf.reduce_sum(losses * weights)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int32),
-                                  tf.TensorSpec([None], tf.float32)] + [tf.TensorSpec([], tf.int64)] * 4)
-    def run(self, targets, contexts, weights, epoch, first_step, num_steps, steps_in_epoch):
-        """Steps ``first_step .. first_step + num_steps - 1`` of epoch ``epoch`` (batches of the padded arrays;
-        ``steps_in_epoch`` batches in all); returns the summed loss. The learning rate decays linearly with the
-        fraction of all steps done, ``(epoch + step / steps_in_epoch) / epochs``, as word2vec's does with words
-        processed; it depends on the step only, so a resumed run continues the same schedule."""
-        total = tf.constant(0.0)
-        for i in tf.range(num_steps):
-            step = first_step + i
-            fraction = (tf.cast(epoch, tf.float64) + tf.cast(step, tf.float64) / tf.cast(steps_in_epoch, tf.float64)
-                        ) / self.epochs
-            learning_rate = tf.cast(self.learning_rate + (self.min_learning_rate - self.learning_rate) * fraction,
-                                    tf.float32)
-            seed = tf.stack([tf.constant(self.seed, tf.int64) * 100_003 + epoch, step])
-            start = tf.cast(step, tf.int32) * self.batch_size
-            batch = [tf.slice(x, [start], [self.batch_size]) for x in (targets, contexts, weights)]  # static shape
-            total += self._step(*batch, seed, learning_rate)
-        return total
-
-
-def epoch_batches(users: np.ndarray, items: np.ndarray, counts: np.ndarray, config: ml_collections.ConfigDict,
-                  epoch: int) -> tuple[tuple[tf.Tensor, tf.Tensor, tf.Tensor], int, int]:
-    """One epoch's pairs padded to whole batches with weight-0 pairs: ``((targets, contexts, weights), steps,
-    pairs)``."""
+def _checked_pairs(users, items, counts, config, epoch) -> tuple[np.ndarray, np.ndarray]:
     targets, contexts = epoch_pairs(users, items, counts, config, epoch)
     if len(targets) == 0:
         raise InputError("no skip-gram pairs: no user has two (kept) known items", field="item2vec")
-    steps = -(-len(targets) // config.batch_size)
-    extra = steps * config.batch_size - len(targets)
-    fill = np.full(extra, 2, np.int32)  # any valid row: its gradient is multiplied by weight 0
-    weights = np.concatenate([np.ones(len(targets), np.float32), np.zeros(extra, np.float32)])
-    tensors = (tf.constant(np.concatenate([targets, fill])), tf.constant(np.concatenate([contexts, fill])),
-               tf.constant(weights))
-    return tensors, steps, len(targets)
+    return targets, contexts
 
 
-def train_epochs(runner: EpochRunner, users: np.ndarray, items: np.ndarray, counts: np.ndarray,
-                 config: ml_collections.ConfigDict, state: dict, manager: Optional[tf.train.CheckpointManager]):
-    """Trains from ``state`` (``epoch`` and ``step`` tf.Variables: the next step to run) to the end, logging loss,
-    learning rate and pairs/s every ``log_every_steps`` and checkpointing every ``checkpoint_every_steps``. The next
-    epoch's pairs are built in a background thread while this one trains (numpy and TensorFlow release the GIL)."""
+def train_epochs(tables: tuple[np.ndarray, np.ndarray], sampler: NoiseSampler, users: np.ndarray,
+                 items: np.ndarray, counts: np.ndarray, config: ml_collections.ConfigDict, state: dict,
+                 save: Optional[Callable[[], None]] = None) -> None:
+    """Trains ``tables`` in place from ``state`` (``{"epoch", "step"}``: the next step to run, updated as it goes)
+    to the end, logging loss, learning rate and pairs/s every ``log_every_steps`` and calling ``save`` every
+    ``checkpoint_every_steps`` and at each epoch's end. The learning rate decays linearly with the fraction of all
+    steps done, ``(epoch + step / steps_in_epoch) / epochs``, as word2vec's does with words processed; it depends
+    on the step only, so a resumed run continues the same schedule. The next epoch's pairs are built in a
+    background thread while this one trains."""
     chunk = max(int(config.log_every_steps), 1)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        upcoming = pool.submit(epoch_batches, users, items, counts, config, int(state["epoch"]))
-        while int(state["epoch"]) < config.epochs:
-            epoch = int(state["epoch"])
-            tensors, steps, num_pairs = upcoming.result()
+    batch, lr0, lr1 = int(config.batch_size), float(config.learning_rate), float(config.min_learning_rate)
+    threads = int(config.threads)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1 + threads) as pool:
+        upcoming = pool.submit(_checked_pairs, users, items, counts, config, state["epoch"])
+        while state["epoch"] < config.epochs:
+            epoch = state["epoch"]
+            targets, contexts = upcoming.result()
             if epoch + 1 < config.epochs:
-                upcoming = pool.submit(epoch_batches, users, items, counts, config, epoch + 1)
-            since_save = 0
-            while int(state["step"]) < steps:
-                first = int(state["step"])
+                upcoming = pool.submit(_checked_pairs, users, items, counts, config, epoch + 1)
+            steps = -(-len(targets) // batch)
+            key, since_save = _stream_seed(config.seed, epoch), 0
+            lr_start = lr0 + (lr1 - lr0) * epoch / config.epochs
+            lr_slope = (lr1 - lr0) / (config.epochs * steps)
+            while state["step"] < steps:
+                first = state["step"]
                 count = min(chunk, steps - first)
                 started = time.perf_counter()
-                loss = runner.run(*tensors, *(tf.constant(x, tf.int64) for x in (epoch, first, count, steps)))
+                bounds = np.linspace(first, first + count, min(threads, count) + 1).astype(int)
+                ranges = zip(bounds[:-1], bounds[1:], strict=True)
+                parts = [pool.submit(sgns_steps, tables[0], tables[1], targets, contexts, sampler.prob, sampler.alias,
+                                     int(config.negatives), int(config.negative_group), batch, key, int(lo),
+                                     int(hi - lo), lr_start, lr_slope) for lo, hi in ranges]
+                loss = sum(part.result() for part in parts)
                 seconds = time.perf_counter() - started
-                if not np.isfinite(float(loss)):
-                    raise InputError(f"item2vec diverged (loss {float(loss)}) in epoch {epoch + 1}: lower "
-                                     "learning_rate, batch_size or negative_group", field="item2vec.learning_rate")
-                pairs = min(count * config.batch_size, num_pairs - first * config.batch_size)
-                state["step"].assign(first + count)
-                fraction = (epoch + (first + count) / steps) / config.epochs
+                if not np.isfinite(loss):
+                    raise InputError(f"item2vec diverged (loss {loss}) in epoch {epoch + 1}: lower learning_rate",
+                                     field="item2vec.learning_rate")
+                pairs = min(count * batch, len(targets) - first * batch)
+                state["step"] = first + count
                 logging.info("item2vec epoch %d/%d step %d/%d  loss %.4f  lr %.3g  %.0f pairs/s", epoch + 1,
-                             config.epochs, first + count, steps, float(loss) / max(pairs, 1),
-                             config.learning_rate + (config.min_learning_rate - config.learning_rate) * fraction,
-                             pairs / max(seconds, 1e-9))
+                             config.epochs, first + count, steps, loss / max(pairs, 1),
+                             lr_start + lr_slope * (first + count), pairs / max(seconds, 1e-9))
                 since_save += count
-                if manager is not None and since_save >= config.checkpoint_every_steps and first + count < steps:
-                    manager.save()
+                if save is not None and since_save >= config.checkpoint_every_steps and first + count < steps:
+                    save()
                     since_save = 0
-            state["epoch"].assign(epoch + 1)
-            state["step"].assign(0)
-            if manager is not None:
-                manager.save()
+            state["epoch"], state["step"] = epoch + 1, 0
+            if save is not None:
+                save()

@@ -142,6 +142,7 @@ RULES: dict[str, Rule] = {
     "item2vec.negatives": integer(1),
     "item2vec.noise_exponent": number(0),
     "item2vec.negative_group": integer(1),
+    "item2vec.threads": integer(1),
     "item2vec.subsample": number(0),
     "item2vec.epochs": integer(1),
     "item2vec.batch_size": integer(1),
