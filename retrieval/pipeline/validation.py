@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import ml_collections
 
-from retrieval.data import engine, features, readers, splits, streaming
+from retrieval.data import engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
 from retrieval.distributed import STRATEGIES
 from retrieval.errors import InputError
@@ -25,7 +25,7 @@ from retrieval.evaluation import baselines, evaluator, metrics
 from retrieval.models import config as model_config
 from retrieval.models.item2vec import VECTORS
 from retrieval.pipeline import gate, identity, locations
-from retrieval.pipeline.job import MODEL_TYPES, SPLITS
+from retrieval.pipeline.job import MODEL_TYPES
 from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
 from retrieval.training import JIT_COMPILE, OPTIMIZERS, SCHEDULES
 
@@ -53,7 +53,7 @@ RULES: dict[str, Rule] = {
     "data.item_features": FEATURE_SPEC,
     "data.user_features_path": text(),
     "data.user_features": FEATURE_SPEC,
-    "data.split": one_of(SPLITS),
+    "data.split": one_of(prepare.SPLITS),
     "data.holdout_n": integer(1),
     "data.validation": flag(),
     "data.temporal_quantile": number(0, 1, low_open=True, high_open=True),
@@ -62,13 +62,14 @@ RULES: dict[str, Rule] = {
     "data.min_item_count": integer(1),
     "data.max_examples_per_user": integer(0),
     "data.order": one_of(ORDERS),
-    "data.streaming": one_of(streaming.MODES),
+    "data.streaming": one_of(prepare.MODES),
     "data.streaming_min_mb": number(0),
     "data.num_shards": integer(1),
     "data.shuffle_buffer": integer(1),
     "data.engine": one_of(engine.ENGINES),
     "data.engine_address": text(),
     "data.engine_workers": integer(1),
+    "data.engine_timeout_s": number(0, 3600, low_open=True),
     # eval, index, gate, publish (configs/base.py)
     "eval.ks": integers(1, nonempty=True),
     "eval.exclude_train": flag(),
