@@ -14,9 +14,8 @@ Per size, every measured side runs in its own subprocess (``peak_rss_mb`` is tha
   when the stage ended (the stage markers record it).
 - ``prepare_dask_1`` / ``prepare_dask_2`` (up to :data:`DASK_MAX_ROWS`): the streamed prepare alone on a local Dask
   cluster of 1 and 2 worker processes (RSS of the driver only).
-- ``prepare_in_memory`` (up to :data:`IN_MEMORY_MAX_ROWS`): the reference, the whole log in pandas, split,
-  vocabularies and the dense next-item examples, as the in-memory path does; ``rss_vs_in_memory`` divides the
-  streamed prepare's peak by it.
+- ``prepare_in_memory`` (up to :data:`IN_MEMORY_MAX_ROWS`): the reference, the same prepare tasks on one partition
+  (``data.streaming=off``: the whole log in one task); ``rss_vs_in_memory`` divides the streamed prepare's peak by it.
 
 Target: the 50M run completes with a peak RSS within a few GB of the 1M run's. Each side runs once (minutes at 10M+).
 
@@ -77,31 +76,19 @@ def _stage(stage: str, work: Path, rows: int, items: int) -> dict:
         markers = {name: artifacts.read_json(job.stages.marker(name)) for name in PIPELINE_STAGES}
         prepare, train = markers["prepare"]["summary"], markers["train"]["summary"]
         out = {"rows": prepare["train_interactions"] + prepare["test_interactions"],
-               "examples": prepare["streaming"]["examples"], "steps": train["steps"],
+               "examples": prepare["examples"]["count"], "steps": train["steps"],
                "stages": {name: {"seconds": m["seconds"], "peak_rss_mb": m["peak_rss_mb"]}
                           for name, m in markers.items()}}
-    elif stage.startswith("prepare_dask"):
+    else:  # prepare_in_memory (one partition, this process) or prepare_dask_<workers> (streamed, on a local cluster)
         from retrieval.data import engine as engine_lib
-        from retrieval.data import streaming
+        from retrieval.data import prepare
 
-        workers = int(stage.rsplit("_", 1)[1])
-        config = _config(log, rows, "dask", workers)
-        with engine_lib.open_engine("dask", workers=workers) as engine:
-            summary = streaming.prepare(streaming.Settings.from_config(config, work / f"run_{stage}"), engine, "auto")
-        out = {"rows": summary["train_interactions"] + summary["test_interactions"],
-               "examples": summary["streaming"]["examples"]}
-    else:  # prepare_in_memory
-        from retrieval.data import examples, readers, splits
-        from retrieval.data.vocab import Vocabulary
-
-        frame = readers.read_interactions(log)
-        split = splits.leave_last_n_out(frame, 1, policy="keep")
-        item_vocab, user_vocab = Vocabulary.from_ids(split.train["item_id"]), Vocabulary.from_ids(split.train["user_id"])
-        built = examples.next_item_examples(
-            user_vocab.lookup(split.train["user_id"]), item_vocab.lookup(split.train["item_id"]),
-            split.train["timestamp"].to_numpy(), max_history=_config(log, rows).model.max_history,
-            max_examples_per_user=EXAMPLES_PER_USER)
-        out = {"rows": len(frame), "examples": len(built["label"])}
+        workers = int(stage.rsplit("_", 1)[1]) if stage.startswith("prepare_dask") else 0
+        config = _config(log, rows, "dask", workers) if workers else _config(log, rows)
+        settings = prepare.Settings.from_config(config, work / f"run_{stage}", num_shards=None if workers else 1)
+        with engine_lib.open_engine("dask" if workers else "embedded", workers=max(workers, 1)) as engine:
+            summary = prepare.run(settings, engine, "auto")
+        out = {"rows": summary.train_interactions + summary.test_interactions, "examples": summary.examples["count"]}
     return {**out, "seconds": round(time.perf_counter() - start, 2), "peak_rss_mb": round(peak_rss_mb())}
 
 

@@ -93,11 +93,10 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.unknown_policy = "keep"
     # Items seen fewer times than this in training are out of vocabulary.
     config.data.min_item_count = 1
-    # Out-of-core prepare (retrieval/data/streaming.py): "on", "off" or "auto" (on for a log of at least
-    # streaming_min_mb). The log is scanned in record batches and partitioned by hash(user) into num_shards shards,
-    # each split and turned into example shards alone (next-item TFRecords, or set data's pairs, whose histories are
-    # drawn in training): peak memory follows the shard, not the log. Splits leave_last_n and random; csv, tsv,
-    # parquet logs. Pair it with eval.max_users so that evaluation reads a user sample, not the whole log.
+    # One prepare (retrieval/data/prepare.py) at any size: "off" runs its tasks on one partition in memory, "on" on
+    # num_shards partitions by hash(user) (peak memory follows one partition, not the log), "auto" turns it on for a
+    # log of at least streaming_min_mb. Every format, split and order; the same data either way. Streamed training
+    # reads the example shards from disk. Pair it with eval.max_users so evaluation reads a user sample.
     config.data.streaming = "auto"
     config.data.streaming_min_mb = 512
     config.data.num_shards = 16
@@ -108,6 +107,8 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.data.engine = "embedded"
     config.data.engine_address = ""
     config.data.engine_workers = 2
+    # Seconds to wait for the Dask scheduler at engine_address before failing with exit 2.
+    config.data.engine_timeout_s = 30.0
 
     config.eval = ml_collections.ConfigDict()
     # Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking.

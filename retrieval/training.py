@@ -22,7 +22,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Mapping, Optional
 
 import ml_collections
 import numpy as np
@@ -33,9 +33,7 @@ from tensorflow.core.framework import summary_pb2
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import checkpoints, distributed, parameter_server
 from retrieval.artifacts import PathLike
-from retrieval.data.examples import to_dataset
-from retrieval.data.set_examples import SetExamples
-from retrieval.data.shards import ExampleShards
+from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
 
@@ -254,22 +252,15 @@ def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> 
     return model.xla_compatible and strategy.num_replicas_in_sync == 1
 
 
-Examples = Union[Mapping[str, np.ndarray], SetExamples, ExampleShards]
-"""Arrays in memory, or an object with ``__len__``, ``head(n)`` and ``to_dataset(batch_size, shuffle, seed,
-repeat)`` (set examples, streamed example shards)."""
-
-
-def _dataset(examples: Examples, batch_size: int, **kwargs) -> tf.data.Dataset:
-    if not isinstance(examples, Mapping):
-        return examples.to_dataset(batch_size, **kwargs)
-    return to_dataset(examples, batch_size, **kwargs)
+Examples = examples_lib.ExampleSource | Mapping[str, np.ndarray]
+"""An ``examples.ExampleSource`` (next-item or set examples, in memory or streamed from shards), or next-item arrays
+in memory (``examples.next_item_examples``)."""
 
 
 def build_variables(model: TwoTowerModel, examples: Examples) -> None:
     """Creates every variable of the model (and the optimizer slots once compiled), in the model's strategy scope,
     so that a checkpoint restores at once (not deferred) and weights can be copied in (warm start)."""
-    head = examples if isinstance(examples, Mapping) else examples.head(2)
-    sample = {key: tf.constant(value[:2]) for key, value in head.items()}
+    sample = {key: tf.constant(value) for key, value in examples_lib.head(examples_lib.as_source(examples), 2).items()}
     with model.distribute_strategy.scope():
         model(sample)
         model.item_vectors(tf.cast(sample["label"], tf.int32))
@@ -299,7 +290,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
     """
-    num_examples = len(examples["label"]) if isinstance(examples, Mapping) else len(examples)
+    examples = examples_lib.as_source(examples)
+    num_examples = len(examples)
     if num_examples == 0:
         raise InputError("no training examples", field="train")
     strategy = model.distribute_strategy
@@ -329,7 +321,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
             return FitResult(history={}, step=step)
 
         def stream() -> tf.data.Dataset:  # under parameter_server, built by every worker
-            return _dataset(examples, config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
+            return examples.to_dataset(config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
 
         log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
         callbacks = [StopAtStep(total_steps)]
@@ -349,7 +341,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         callbacks.append(ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir))
         if manager is not None:
             callbacks.append(CheckpointEvery(manager, config.checkpoint_every_steps))  # last: saves restored weights
-        validation = (to_dataset(validation_examples, config.batch_size, shuffle=False)
+        validation = (examples_lib.to_dataset(validation_examples, config.batch_size, shuffle=False)
                       if validation_examples is not None else None)
         history = model.fit(dataset, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
                             initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,

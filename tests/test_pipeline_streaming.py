@@ -18,8 +18,8 @@ def test_streamed_run_trains_from_shards_and_publishes(log_path, tmp_path):  # n
     outcome = job.run()
     assert outcome.published  # the gate also checked the 5% lift over most-popular
     prepare = job.stages.summary("prepare")
-    assert prepare["streaming"]["shards"] == 4 and prepare["streaming"]["examples"] > 0
-    steps = config.train.epochs * math.ceil(prepare["streaming"]["examples"] / config.train.batch_size)
+    assert prepare["examples"]["shards"] == 4 and prepare["examples"]["count"] > 0 and prepare["examples"]["streamed"]
+    steps = config.train.epochs * math.ceil(prepare["examples"]["count"] / config.train.batch_size)
     assert job.stages.summary("train")["steps"] == steps
     assert len(pd.read_parquet(job.paths.test_data)) == prepare["test_interactions"] == 300
 
@@ -44,7 +44,7 @@ def test_streamed_set_run_trains_from_pair_shards(log_path, tmp_path):  # noqa: 
     job.run()
     prepare = job.stages.summary("prepare")
     assert prepare["order"]["order"] == "none"
-    assert prepare["streaming"]["examples"] == prepare["train_interactions"] == len(pd.read_parquet(
+    assert prepare["examples"]["count"] == prepare["train_interactions"] == len(pd.read_parquet(
         job.paths.train_data))
     assert sorted(p.name for p in (job.paths.train_data.parent / "examples").glob("set-*.bin")) == [
         "set-00000.bin", "set-00001.bin", "set-00002.bin"]

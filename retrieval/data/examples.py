@@ -11,11 +11,14 @@ equal timestamps keep the input (file) order.
   word2vec frequent-item subsampling (Mikolov et al. 2013).
 - :func:`noise_distribution`: the SGNS negative-sampling distribution ``count^alpha``.
 - :func:`to_dataset`: shuffled, batched, prefetched ``tf.data`` pipeline, deterministic under a seed.
+- :class:`ExampleSource`: what training reads, whatever holds the examples (:class:`NextItemExamples` in memory,
+  ``set_examples.SetExamples``, or the shard files of ``shards.ExampleShards`` / ``set_examples.SetShards``).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+import dataclasses
+from typing import Mapping, Optional, Protocol
 
 import numpy as np
 
@@ -85,6 +88,10 @@ def next_item_examples(user_idx: np.ndarray, item_idx: np.ndarray, timestamps: O
     if max_history < 1:
         raise ValueError("max_history must be >= 1")
     user_idx = np.asarray(user_idx, dtype=np.int64)
+    if len(user_idx) == 0:  # e.g. a partition without users
+        empty = {"user": np.zeros(0, np.int32), "history": np.zeros((0, max_history), np.int32),
+                 "history_length": np.zeros(0, np.int32), "label": np.zeros(0, np.int32)}
+        return {**empty, "example_age": np.zeros(0, np.float32)} if example_age else empty
     order = _time_order(user_idx, timestamps)
     users, items = user_idx[order], np.asarray(item_idx, dtype=np.int32)[order]
     position, _ = _runs(users)
@@ -202,3 +209,44 @@ def to_dataset(arrays: Mapping[str, np.ndarray], batch_size: int, shuffle: bool 
         lambda index: {key: tf.gather(tensor, index) for key, tensor in tensors.items()},
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.prefetch(tf.data.AUTOTUNE)
+
+
+class ExampleSource(Protocol):
+    """Training examples as training reads them: a count and a ``tf.data`` pipeline of dict batches (``user``,
+    ``history`` [B, max_history], ``history_length``, ``label``, optional ``example_age``)."""
+
+    def __len__(self) -> int: ...
+
+    def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False): ...
+
+
+@dataclasses.dataclass
+class NextItemExamples:
+    """Next-item examples held in memory (the arrays of :func:`next_item_examples`)."""
+
+    arrays: dict
+
+    def __len__(self) -> int:
+        return len(self.arrays["label"])
+
+    def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
+        return to_dataset(self.arrays, batch_size, shuffle=shuffle, seed=seed, repeat=repeat)
+
+
+def as_source(examples: ExampleSource | Mapping[str, np.ndarray]) -> ExampleSource:
+    """``examples`` as an :class:`ExampleSource` (a mapping of arrays becomes :class:`NextItemExamples`)."""
+    return NextItemExamples(dict(examples)) if isinstance(examples, Mapping) else examples
+
+
+def head(source: ExampleSource, n: int) -> dict[str, np.ndarray]:
+    """The first ``n`` examples of the unshuffled first epoch (for building variables)."""
+    batch = next(iter(source.to_dataset(max(n, 1), shuffle=False).take(1)))
+    return {key: value.numpy()[:n] for key, value in batch.items()}
+
+
+def collect(dataset) -> dict[str, np.ndarray]:
+    """Every batch of a finite ``tf.data`` pipeline of dict batches, concatenated into arrays."""
+    batches = list(dataset.as_numpy_iterator())
+    if not batches:
+        return {}
+    return {key: np.concatenate([batch[key] for batch in batches]) for key in batches[0]}

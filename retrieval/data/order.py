@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
+from retrieval.data import seeds
 from retrieval.errors import InputError
 
 ORDERS = ("auto", "time", "none")
@@ -107,9 +108,10 @@ def resolve(requested: str, frame: pd.DataFrame, format: str, path: str) -> Orde
 def shuffle_within_users(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
     """Set data as a sequence in a seeded random order: ``timestamp`` becomes each row's position in a random
     permutation of its user's rows, so that "most recent first, capped at ``max_history``" (the history every
-    consumer of a run builds) is a uniform random subset of the user's items instead of, e.g., the largest ids."""
+    consumer of a run builds) is a uniform random subset of the user's items instead of, e.g., the largest ids.
+    The permutation is keyed per user (:mod:`seeds`): the same for any partition of the users."""
     out = frame.copy()
-    keys = np.random.default_rng(seed).random(len(frame))
+    keys = seeds.user_uniforms(frame["user_id"], seed, seeds.SHUFFLE)
     out["timestamp"] = (pd.Series(keys).groupby(pd.factorize(frame["user_id"])[0]).rank(method="first")
                         .to_numpy().astype(np.int64) - 1)
     return out

@@ -21,13 +21,15 @@ Every reader checks the file's bounds before parsing it (:mod:`retrieval.data.bo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 from absl import logging
 
@@ -40,6 +42,7 @@ _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet",
              ".dat": "movielens", ".data": "movielens", ".item": "movielens", ".user": "movielens",
              ".txt": "user_items"}
 _SEPARATORS = {"csv": ",", "tsv": "\t"}
+BATCH_ROWS = 1 << 18  # rows per batch of :func:`interaction_batches` (user_items: lines per batch / 16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +93,11 @@ def _columns_of(path: str, format: str) -> list[str]:
         return list(pq.read_schema(path).names)
     bounds.line_lengths(path, header_lines=1)
     names = list(pd.read_csv(path, sep=_SEPARATORS[format], nrows=0).columns)
+    raw = [str(name) for name in pd.read_csv(path, sep=_SEPARATORS[format], nrows=1, header=None, dtype=str).iloc[0]]
+    repeated = sorted({str(name) for name in raw if raw.count(name) > 1})
+    if repeated:
+        raise InputError(f"duplicate column name(s) {repeated} in the header; every column needs its own name",
+                         path=path, column=repeated[0])
     bounds.field_counts(path, _SEPARATORS[format], len(names), header=True)
     return names
 
@@ -121,31 +129,108 @@ def read_table(path: str | os.PathLike, format: str = "auto", columns: Optional[
     return frame
 
 
-def _read_user_items(path: str) -> pd.DataFrame:
-    """``user item item ...`` lines -> canonical pairs; rows in errors are 0-based lines of the file."""
-    with validate.reading(path):
-        bounds.text_file(path)
-        with open(path, encoding="utf-8") as f:
-            lines = pd.Series(f.read().split("\n"))
-    tokens = lines.str.split()
+def _user_items_lines(path: str, lines: list[str], first_line: int) -> pd.DataFrame:
+    """Canonical pairs of ``user item item ...`` lines (``first_line``: the 0-based line number of ``lines[0]``, for
+    messages); ``timestamp`` is the position in the line."""
+    tokens = pd.Series(lines, dtype=object).str.split()
     pairs = (tokens.str.len().to_numpy() - 1).clip(0)
     frame = pd.DataFrame({"user_id": tokens.str[0].repeat(pairs).to_numpy(),
                           "item_id": tokens.str[1:].explode().dropna().to_numpy()})
-    validate.require_rows(frame, path)
     frame["timestamp"] = frame.groupby("user_id", sort=False).cumcount().to_numpy()
     try:
         return _canonical(frame, ColumnNames(), path)
     except InputError as e:  # a row of the pair table -> the line it came from
-        line = None if e.row is None else int(np.repeat(np.arange(len(lines)), pairs)[e.row])
+        line = None if e.row is None else first_line + int(np.repeat(np.arange(len(lines)), pairs)[e.row])
         raise InputError(e.message, path=path, column=e.column, row=line) from None
 
 
-def _canonical(frame: pd.DataFrame, columns: ColumnNames, path: str) -> pd.DataFrame:
+def _user_items_batches(path: str, lines_per_batch: int) -> Iterator[pd.DataFrame]:
+    """``user item item ...`` lines -> canonical pairs, ``lines_per_batch`` lines at a time (one user per line)."""
+    with validate.reading(path):
+        bounds.text_file(path)
+        with open(path, encoding="utf-8") as f:
+            for number in itertools.count():
+                lines = list(itertools.islice(f, lines_per_batch))
+                if not lines:
+                    return
+                yield _user_items_lines(path, lines, number * lines_per_batch)
+
+
+def _read_user_items(path: str) -> pd.DataFrame:
+    """The whole ``user_items`` file as canonical pairs; rows in errors are 0-based lines of the file."""
+    frames = list(_user_items_batches(path, 1 << 30))
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"user_id": [], "item_id": []})
+    validate.require_rows(frame, path)
+    return frame
+
+
+def _text_batches(path: str, format: str, wanted: list[str], columns: ColumnNames) -> Iterator[pd.DataFrame]:
+    """A checked csv/tsv file's ``wanted`` columns in blocks of a few MiB (ids read as strings); a block holds every
+    line whole, since no line exceeds ``bounds.MAX_LINE_BYTES``."""
+    reader = pa_csv.open_csv(
+        path, read_options=pa_csv.ReadOptions(block_size=bounds.MAX_LINE_BYTES + bounds.CHUNK_BYTES),
+        parse_options=pa_csv.ParseOptions(delimiter=_SEPARATORS[format]),
+        convert_options=pa_csv.ConvertOptions(include_columns=wanted,
+                                              column_types={columns.user: pa.string(), columns.item: pa.string()}))
+    for batch in reader:
+        yield batch.to_pandas()
+
+
+def _raw_batches(path: str, format: str, columns: ColumnNames, batch_rows: int) -> Iterator[pd.DataFrame]:
+    """Raw frames of a csv/tsv/parquet log (the named columns present) or canonical frames of the other formats."""
+    if format == "user_items":
+        yield from _user_items_batches(path, max(batch_rows // 16, 1))
+        return
+    if format == "movielens":
+        raw = movielens.read_ratings(path)
+        frame = _canonical(raw, ColumnNames(weight="rating" if columns.weight == "rating" else None), path)
+        for start in range(0, len(frame), batch_rows):
+            yield frame.iloc[start:start + batch_rows].reset_index(drop=True)
+        return
+    wanted = [columns.user, columns.item] + [c for c in (columns.timestamp, columns.weight) if c is not None]
+    available = _columns_of(path, format)
+    validate.require_columns(available, [c for c in wanted if c != columns.timestamp], path)
+    wanted = [c for c in wanted if c in available]
+    if columns.timestamp is not None and columns.timestamp not in available:
+        logging.warning("%s has no timestamp column %r; interactions keep file order", path, columns.timestamp)
+    if format == "parquet":
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=wanted):
+            yield batch.to_pandas()
+    else:
+        yield from _text_batches(path, format, wanted, columns)
+
+
+def interaction_batches(path: str | os.PathLike, format: str = "auto", columns: Optional[ColumnNames] = None,
+                        batch_rows: int = BATCH_ROWS) -> Iterator[pd.DataFrame]:
+    """The log in canonical frames of about ``batch_rows`` rows (any format), each with ``row``: the 0-based data
+    row (for ``user_items``, the pair) of the file, so that ties in time keep file order downstream.
+
+    Memory holds one batch (``movielens`` files, whose largest release is 25M rows, are read whole). The checks and
+    messages are those of :func:`read_interactions`; an empty log yields nothing.
+    """
+    path = str(path)
+    columns = columns or ColumnNames()
+    format = _resolve(path, format, FORMATS)
+    row = 0
+    with validate.reading(path):
+        for frame in _raw_batches(path, format, columns, batch_rows):
+            if format not in ("user_items", "movielens"):
+                try:
+                    frame = _canonical(frame.reset_index(drop=True), columns, path, warn=False)
+                except InputError as e:
+                    raise InputError(e.message, path=path, column=e.column,
+                                     row=None if e.row is None else e.row + row) from None
+            frame["row"] = np.arange(row, row + len(frame), dtype=np.int64)
+            row += len(frame)
+            yield frame
+
+
+def _canonical(frame: pd.DataFrame, columns: ColumnNames, path: str, warn: bool = True) -> pd.DataFrame:
     out = pd.DataFrame({"user_id": validate.ids(frame[columns.user], path, columns.user),
                         "item_id": validate.ids(frame[columns.item], path, columns.item)})
     if columns.timestamp is not None and columns.timestamp in frame.columns:
         out["timestamp"] = validate.timestamps(frame[columns.timestamp], path, columns.timestamp)
-    elif columns.timestamp is not None:
+    elif columns.timestamp is not None and warn:
         logging.warning("%s has no timestamp column %r; interactions keep file order", path, columns.timestamp)
     if columns.weight is not None:
         out["weight"] = validate.weights(frame[columns.weight], path, columns.weight)

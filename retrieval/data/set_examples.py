@@ -59,11 +59,6 @@ class SetExamples:
     def __len__(self) -> int:
         return len(self.label)
 
-    def head(self, n: int) -> dict[str, np.ndarray]:
-        """The first ``n`` examples with the histories of epoch 0 (for building variables)."""
-        batch = next(iter(self.to_dataset(max(n, 1), shuffle=False).take(1)))
-        return {key: value.numpy()[:n] for key, value in batch.items()}
-
     def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
         """``tf.data.Dataset`` of dict batches ``user``, ``history`` [B, max_history] (0-padded), ``history_length``,
         ``label``; the histories are redrawn every epoch (see the module docstring). Deterministic under ``seed``,
@@ -154,10 +149,11 @@ class SetShards:
     def __len__(self) -> int:
         return self.num_examples
 
-    def head(self, n: int) -> dict[str, np.ndarray]:
-        """The first ``n`` examples of epoch 0 (for building variables)."""
-        batch = next(iter(self.to_dataset(max(n, 1), shuffle=False).take(1)))
-        return {key: value.numpy()[:n] for key, value in batch.items()}
+    def in_memory(self) -> SetExamples:
+        """Every shard's pairs in memory as one :class:`SetExamples` (the in-memory trainer's source)."""
+        pairs = [np.fromfile(Path(self.directory) / name, "<i4").reshape(-1, 2) for name in self.files]
+        pairs = np.concatenate(pairs) if pairs else np.zeros((0, 2), np.int32)
+        return SetExamples.from_pairs(pairs[:, 0], pairs[:, 1], self.max_history, self.history_keep)
 
     def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
         """``tf.data.Dataset`` of dict batches (the keys of :meth:`SetExamples.to_dataset`), deterministic under

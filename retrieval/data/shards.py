@@ -23,6 +23,7 @@ import numpy as np
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import artifacts
+from retrieval.data import examples as examples_lib
 
 BLOCK_ROWS = 256
 INT_KEYS = ("user", "history", "history_length", "label")
@@ -54,7 +55,7 @@ def write_shard(examples: Mapping[str, np.ndarray], path: str | Path, seed: int)
 
 def write_manifest(directory: str | Path, files: list[str], num_examples: int, max_history: int,
                    example_age: bool) -> None:
-    artifacts.write_json(Path(directory) / MANIFEST, {"files": files, "num_examples": num_examples,
+    artifacts.write_json(Path(directory) / MANIFEST, {"kind": "next_item", "files": files, "num_examples": num_examples,
                                                       "max_history": max_history, "example_age": example_age})
 
 
@@ -78,10 +79,12 @@ class ExampleShards:
     def __len__(self) -> int:
         return self.num_examples
 
-    def head(self, n: int) -> dict[str, np.ndarray]:
-        """The first ``n`` examples of the first file (for building variables)."""
-        batch = next(iter(self.to_dataset(max(n, 1), shuffle=False).take(1)))
-        return {key: value.numpy()[:n] for key, value in batch.items()}
+    def in_memory(self) -> examples_lib.NextItemExamples:
+        """Every example read into memory (the in-memory trainer's source; the file order, unshuffled)."""
+        arrays = examples_lib.collect(self.to_dataset(1 << 16, shuffle=False))
+        if not arrays:
+            arrays = {key: np.zeros((0, self.max_history) if key == "history" else 0, np.int32) for key in INT_KEYS}
+        return examples_lib.NextItemExamples(arrays)
 
     def _parse(self, record):
         import tensorflow as tf

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from absl import logging
 
-from retrieval.data import readers
+from retrieval.data import readers, seeds
 from retrieval.errors import InputError
 
 POLICIES = ("drop", "fail", "keep")
@@ -112,10 +112,13 @@ def leave_last_n_out(interactions: pd.DataFrame, n: int = 1, validation_n: int =
 
 def random_holdout(interactions: pd.DataFrame, test_fraction: float = 0.2, seed: int = 0, min_train: int = 1,
                    policy: str = "drop") -> Split:
-    """Holds out ``floor(test_fraction * n_u)`` random interactions of each user (at most ``n_u - min_train``)."""
+    """Holds out ``floor(test_fraction * n_u)`` random interactions of each user (at most ``n_u - min_train``).
+
+    The draw is keyed per user (:mod:`seeds`): a user's holdout depends on ``seed`` and her own rows (in this order),
+    not on the other users in ``interactions``, so any partition of the users gives the same split."""
     if not 0.0 < test_fraction < 1.0:
         raise InputError(f"test_fraction must be in (0, 1), got {test_fraction}", field="test_fraction")
-    keys = np.random.default_rng(seed).random(len(interactions))
+    keys = seeds.user_uniforms(interactions["user_id"], seed, seeds.HOLDOUT)
     from_end = _positions_from_end(interactions, keys)
     sizes = _user_sizes(interactions)
     num_test = np.minimum(np.floor(test_fraction * sizes), sizes - min_train)
@@ -123,22 +126,33 @@ def random_holdout(interactions: pd.DataFrame, test_fraction: float = 0.2, seed:
 
 
 def temporal_cutoff(interactions: pd.DataFrame, cutoff: Optional[int] = None, test_fraction: float = 0.2,
-                    policy: str = "drop") -> Split:
+                    policy: str = "drop", require_both: bool = True) -> Split:
     """Training = interactions strictly before ``cutoff``, test = at or after it (a global point in time).
 
-    Without ``cutoff`` it is the timestamp quantile leaving about ``test_fraction`` of the interactions for test.
+    Without ``cutoff`` it is the timestamp quantile leaving about ``test_fraction`` of the interactions for test
+    (:func:`cutoff_of`). ``require_both``: fail when the cut leaves train or test empty (off for one partition of
+    the log, whose caller checks the totals).
     """
     if "timestamp" not in interactions:
         raise InputError("a temporal cut-off needs a timestamp column", column="timestamp")
     times = interactions["timestamp"].to_numpy()
     if cutoff is None:
-        cutoff = int(np.quantile(times, 1.0 - test_fraction, method="higher"))
+        cutoff = cutoff_of(*np.unique(times, return_counts=True), test_fraction)
     test = times >= cutoff
-    if test.all() or not test.any():
+    if require_both and (test.all() or not test.any()):
         raise InputError(f"cut-off {cutoff} leaves an empty train or test set (timestamps span "
                          f"{times.min()}..{times.max()})", field="cutoff")
     logging.info("temporal cut-off at %d: %d train, %d test interactions", cutoff, int((~test).sum()), int(test.sum()))
     return _split(interactions, test, None, policy)
+
+
+def cutoff_of(times: np.ndarray, counts: np.ndarray, test_fraction: float) -> int:
+    """The ``1 - test_fraction`` quantile (numpy's ``method="higher"``) of timestamps given as sorted distinct
+    ``times`` with their ``counts``: the same value as over the full array, from a summary that partitions can sum."""
+    if len(times) == 0:
+        raise InputError("a temporal cut-off needs at least one timestamp", column="timestamp")
+    position = int(np.ceil((1.0 - test_fraction) * (int(counts.sum()) - 1)))
+    return int(times[np.searchsorted(np.cumsum(counts), position, side="right")])
 
 
 def from_files(train: str | os.PathLike, test: str | os.PathLike, validation: Optional[str | os.PathLike] = None,

@@ -20,6 +20,9 @@ RESERVED_IDS = ("<pad>", "<oov>")
 # Longest id accepted, in characters: real ids (numbers, UUIDs, ASINs, URLs) are far shorter; a longer "id" is a
 # wrong column or a broken file, and every id is held in vocabularies, indexes and serving maps.
 MAX_ID_LENGTH = 256
+# Largest timestamp accepted: 2**53 (exact in float64) covers epoch seconds, milliseconds and microseconds; a larger
+# one is a wrong column or a corrupt value, and would overflow int64 arithmetic on time spans and example ages.
+MAX_TIMESTAMP = 2**53
 
 
 @contextlib.contextmanager
@@ -130,8 +133,17 @@ def _numbers(values: pd.Series, path: Optional[str], column: str, what: str) -> 
 
 
 def timestamps(values: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> np.ndarray:
-    """Returns non-negative int64 timestamps (epoch seconds or positions); fractional values are floored."""
-    return np.floor(_numbers(values, path, column or str(values.name), "timestamp")).astype(np.int64)
+    """Returns non-negative int64 timestamps (epoch seconds, ms, us or positions, at most :data:`MAX_TIMESTAMP`);
+    fractional values are floored."""
+    column = column or str(values.name)
+    numbers = _numbers(values, path, column, "timestamp")
+    too_large = numbers > MAX_TIMESTAMP
+    if too_large.any():
+        row = _first(too_large)
+        raise InputError(f"timestamp {numbers[row]:g} is beyond {MAX_TIMESTAMP} (2**53): timestamps are epoch "
+                         "seconds, milliseconds or microseconds, or positions; is this the timestamp column?",
+                         path=path, column=column, row=row)
+    return np.floor(numbers).astype(np.int64)
 
 
 def weights(values: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> np.ndarray:

@@ -26,17 +26,13 @@ from typing import Optional
 import ml_collections
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 from absl import logging
 
 import retrieval
 from retrieval import artifacts
 from retrieval.data import engine as engine_lib
-from retrieval.data import examples as examples_lib
 from retrieval.data import features as features_lib
-from retrieval.data import order as order_lib
-from retrieval.data import readers, shards, splits, streaming
-from retrieval.data.set_examples import SetExamples, SetShards
+from retrieval.data import prepare, readers
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.pipeline import gate, identity, provenance
@@ -45,8 +41,6 @@ from retrieval.pipeline.publish import ModelDirectory
 from retrieval.pipeline.stages import StageRunner
 
 MODEL_TYPES = ("two_tower", "item2vec")
-SPLITS = ("leave_last_n", "temporal", "random", "files")
-TIME_SPLITS = ("leave_last_n", "temporal")
 
 
 @dataclasses.dataclass
@@ -61,10 +55,6 @@ class Outcome:
 
 def new_run_id() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-
-
-def _columns(data: ml_collections.ConfigDict) -> readers.ColumnNames:
-    return readers.ColumnNames(user=data.user_column, item=data.item_column, timestamp=data.timestamp_column or None)
 
 
 def _kinds(text: str, field: str) -> dict:
@@ -116,8 +106,9 @@ class TrainingJob:
         model_type = config.get("model_type", "two_tower")
         if model_type not in MODEL_TYPES:
             raise InputError(f"unknown model_type {model_type!r}; expected one of {MODEL_TYPES}", field="model_type")
-        if config.data.split not in SPLITS:
-            raise InputError(f"unknown split {config.data.split!r}; expected one of {SPLITS}", field="data.split")
+        if config.data.split not in prepare.SPLITS:
+            raise InputError(f"unknown split {config.data.split!r}; expected one of {prepare.SPLITS}",
+                             field="data.split")
         self.model_type = model_type
 
     # ------------------------------------------------------------------ orchestration
@@ -173,64 +164,14 @@ class TrainingJob:
         artifacts.write_json(self.paths.manifest, manifest)
 
     # ------------------------------------------------------------------ stages
-    def _split(self) -> tuple[splits.Split, order_lib.OrderDecision]:
-        """Reads and splits the data, and decides its order (``data.order``). Set data gets a seeded random order
-        within each user, so every consumer's "most recent first, capped" history is a random subset."""
-        d, columns = self.config.data, _columns(self.config.data)
-        fmt = readers.guess_format(d.train_path) if d.format == "auto" else d.format
-        if d.split == "files":
-            if not d.test_path:
-                raise InputError("split 'files' needs data.test_path", field="data.test_path")
-            split = splits.from_files(d.train_path, d.test_path, d.validation_path or None, d.format, columns,
-                                      policy=d.unknown_policy)
-            decision = order_lib.resolve(d.order, split.train, fmt, d.train_path)
-            if decision.order == "none":
-                split.train = order_lib.shuffle_within_users(split.train, self.config.seed)
-            return split, decision
-        log = readers.read_interactions(d.train_path, d.format, columns)
-        decision = order_lib.resolve(d.order, log, fmt, d.train_path)
-        if decision.order == "none":
-            if d.split in TIME_SPLITS:
-                raise InputError(f"data.split={d.split} needs time order, but the data are sets ({decision.evidence});"
-                                 f" use data.split=random or files, or set data.order=time", path=d.train_path,
-                                 field="data.split")
-            log = order_lib.shuffle_within_users(log, self.config.seed)
-        if d.split == "leave_last_n":
-            split = splits.leave_last_n_out(log, d.holdout_n, validation_n=d.holdout_n if d.validation else 0,
-                                            policy=d.unknown_policy)
-        elif d.split == "temporal":
-            split = splits.temporal_cutoff(log, test_fraction=1.0 - d.temporal_quantile, policy=d.unknown_policy)
-        else:
-            split = splits.random_holdout(log, d.holdout_fraction, seed=self.config.seed, policy=d.unknown_policy)
-        return split, decision
-
     def _prepare(self) -> dict:
-        if streaming.enabled(self.config.data):
-            return self._prepare_streaming()
-        split, order = self._split()
-        item_ids = split.train["item_id"].to_numpy()
-        item_vocab = Vocabulary.from_ids(item_ids, min_count=self.config.data.min_item_count)
-        user_vocab = Vocabulary.from_ids(split.train["user_id"].to_numpy())
-        previous = self._warm_start_source()
-        if previous is not None:
-            item_vocab = item_vocab.stable_against(Vocabulary.load(previous.item_vocab))
-            user_vocab = user_vocab.stable_against(Vocabulary.load(previous.user_vocab))
-        _write_parquet(split.train, self.paths.train_data)
-        _write_parquet(split.test, self.paths.test_data)
-        _write_parquet(split.validation, self.paths.validation_data)
-        item_vocab.save(self.paths.item_vocab)
-        user_vocab.save(self.paths.user_vocab)
-        return {"train_interactions": len(split.train), "test_interactions": len(split.test),
-                "validation_interactions": 0 if split.validation is None else len(split.validation),
-                "users": user_vocab.size - 2, "items": item_vocab.size - 2,
-                "dropped": {k: int(v) for k, v in split.dropped.items()}, "order": order.as_dict()}
-
-    def _prepare_streaming(self) -> dict:
-        """The out-of-core prepare (``data.streaming``) on the configured engine (``data.engine``)."""
+        """The prepare tasks (``retrieval.data.prepare``) on one partition in this process, or streamed on
+        ``data.num_shards`` partitions on the configured engine (``data.engine``)."""
         d = self.config.data
-        settings = streaming.Settings.from_config(self.config, self.paths.root)
-        with engine_lib.open_engine(d.engine, d.engine_address, d.engine_workers) as engine:
-            return streaming.prepare(settings, engine, d.order, self._warm_start_source())
+        settings = prepare.Settings.from_config(self.config, self.paths.root)
+        with engine_lib.open_engine(d.engine if settings.num_shards > 1 else "embedded", d.engine_address,
+                                    d.engine_workers, timeout_s=d.engine_timeout_s) as engine:
+            return prepare.run(settings, engine, d.order, self._warm_start_source()).as_dict()
 
     def _warm_start_source(self) -> Optional[artifacts.RunPaths]:
         """The published run whose vocabularies (and id tables) a warm start keeps (``publish.warm_start``)."""
@@ -251,19 +192,6 @@ class TrainingJob:
         specs = features_lib.infer_specs(table, id_column, kinds or None)
         return features_lib.feature_arrays(table, id_column, vocab, specs)
 
-    def _indexed_train(self, item_vocab: Vocabulary, user_vocab: Vocabulary):
-        """(user indices, item indices, timestamps or None) of the training table, read in record batches: memory
-        holds the integer arrays, never the table's strings."""
-        table = pq.ParquetFile(self.paths.train_data)
-        has_time = "timestamp" in table.schema_arrow.names
-        users, items, timestamps = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
-        for batch in table.iter_batches():
-            users.append(user_vocab.lookup(batch.column("user_id").to_numpy(zero_copy_only=False)).astype(np.int32))
-            items.append(item_vocab.lookup(batch.column("item_id").to_numpy(zero_copy_only=False)).astype(np.int32))
-            if has_time:
-                timestamps.append(batch.column("timestamp").to_numpy())
-        return np.concatenate(users), np.concatenate(items), np.concatenate(timestamps) if has_time else None
-
     def _train(self) -> dict:
         if self.model_type == "item2vec":
             return self._train_item2vec()
@@ -281,14 +209,10 @@ class TrainingJob:
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
         sets = self._is_set_data()
-        if "streaming" in (self.stages.summary("prepare") or {}):
-            directory = streaming.examples_dir(self.paths)
-            examples = (SetShards.load(directory, c.model.max_history, c.data.history_keep) if sets
-                        else shards.ExampleShards.load(directory, c.data.shuffle_buffer))
-            logging.info("%d %s examples streamed from %d shards", len(examples), "set" if sets else "next-item",
-                         len(examples.files))
-        else:
-            examples = self._examples(*self._indexed_train(item_vocab, user_vocab))
+        examples = prepare.load_examples(self.paths, not self._streamed(), c.model.max_history, c.data.history_keep,
+                                         c.data.shuffle_buffer)
+        logging.info("%d %s examples (%s)", len(examples), "set" if sets else "next-item",
+                     "streamed from shards" if self._streamed() else "in memory")
         strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
                                              ps_min_shard_bytes=c.train.ps_min_shard_bytes)
         with strategy.scope():
@@ -309,19 +233,8 @@ class TrainingJob:
     def _is_set_data(self) -> bool:
         return ((self.stages.summary("prepare") or {}).get("order") or {}).get("order") == "none"
 
-    def _examples(self, users: np.ndarray, items: np.ndarray, timestamps: Optional[np.ndarray]):
-        """Set examples for set data, else YoutubeDNN next-item examples."""
-        c = self.config
-        if self._is_set_data():
-            examples = SetExamples.from_pairs(users, items, c.model.max_history, c.data.history_keep)
-            logging.info("%d set examples (every training pair; histories redrawn each epoch)", len(examples))
-            return examples
-        cap = c.data.get("max_examples_per_user", 0) or None
-        use_age = bool(c.model.user_tower.use_example_age and timestamps is not None)
-        examples = examples_lib.next_item_examples(users, items, timestamps, max_history=c.model.max_history,
-                                                   example_age=use_age, max_examples_per_user=cap, seed=c.seed)
-        logging.info("%d next-item examples from %d interactions", len(examples["label"]), len(items))
-        return examples
+    def _streamed(self) -> bool:
+        return bool(((self.stages.summary("prepare") or {}).get("examples") or {}).get("streamed"))
 
     def _validation_fn(self, model, item_vocab: Vocabulary, user_vocab: Vocabulary):
         """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation
@@ -351,7 +264,7 @@ class TrainingJob:
         from retrieval.models import item2vec
 
         item_vocab, user_vocab = self._vocabularies()
-        users, items, timestamps = self._indexed_train(item_vocab, user_vocab)
+        users, items, timestamps = prepare.training_indices(self.paths, item_vocab, user_vocab)
         return item2vec.train_item2vec(self.config.item2vec, users, items, timestamps, item_vocab,
                                        checkpoint_dir=self.paths.checkpoints)
 

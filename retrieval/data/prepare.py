@@ -1,0 +1,465 @@
+"""The prepare stage: interaction log(s) -> split -> vocabularies -> training examples, as one set of tasks.
+
+The same tasks run whatever the size of the log; only the number of partitions and the engine change::
+
+    train file (+ test, validation files with split=files)
+      1. partition   one task per file: read in record batches (``readers.interaction_batches``, any format), each
+                     row written to the partition hash(user id) mod P: every user's rows land in one partition
+      2. split       one task per partition: order, split per user (or by the global cut-off, or by file), write the
+                     parts; return the training counts
+      3. vocabulary  here: counts summed over the partitions -> ``Vocabulary.from_counts``
+      4. examples    one task per partition: held-out rows aligned to the vocabularies (one rule: the user has
+                     training rows and the item is in the item vocabulary, i.e. after ``min_item_count``), then the
+                     partition's next-item examples (TFRecord, :mod:`shards`) or set-data pairs (:mod:`set_examples`)
+      5. combine     here: the parts appended to ``data/train|test(|validation).parquet``, one partition at a time
+
+``data.streaming`` sets P: ``off`` -> 1 (the in-memory path: the same tasks on one partition), ``on`` ->
+``data.num_shards`` (peak memory follows one partition, not the log), ``auto`` -> on for a log of at least
+``data.streaming_min_mb``. ``data.engine`` sets where tasks run: this process, or a Dask cluster. Randomness is keyed
+per user (:mod:`seeds`) and the temporal cut-off is computed from summed timestamp counts, so every P and engine
+gives the same vocabularies, test pairs and training pairs for one config (``tests/test_data_prepare.py``).
+Training reads the examples through :func:`load_examples` (an :class:`examples.ExampleSource`): held in memory when
+the prepare was not streamed, streamed from the shard files when it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import Iterator, Optional
+
+import ml_collections
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from absl import logging
+
+from retrieval import artifacts
+from retrieval.data import examples as examples_lib
+from retrieval.data import order as order_lib
+from retrieval.data import readers, set_examples, shards, splits
+from retrieval.data.engine import Engine
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
+from retrieval.errors import InputError
+
+MODES = ("auto", "on", "off")
+SPLITS = ("leave_last_n", "temporal", "random", "files")
+TIME_SPLITS = ("leave_last_n", "temporal")
+PARTS = ("train", "test", "validation")
+EXAMPLE_KINDS = ("next_item", "set", "none")
+
+
+def streamed(data: ml_collections.ConfigDict) -> bool:
+    """``data.streaming``: ``on``, ``off``, or ``auto`` (on when the training log is at least
+    ``data.streaming_min_mb``)."""
+    if data.streaming != "auto":
+        return data.streaming == "on"
+    path = Path(data.train_path)
+    return path.is_file() and path.stat().st_size >= data.streaming_min_mb * (1 << 20)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything a task needs (picklable: tasks may run in other processes)."""
+
+    sources: tuple[tuple[str, str], ...]  # (part, path): the training log, and with split=files the held-out files
+    format: str  # data.format (``auto``: guessed per file)
+    columns: readers.ColumnNames
+    run_dir: str  # artifacts.RunPaths root: vocabularies and data/ go there
+    num_shards: int
+    split: str
+    holdout_n: int = 1
+    validation: bool = False
+    holdout_fraction: float = 0.2
+    temporal_quantile: float = 0.9
+    unknown_policy: str = "keep"
+    min_item_count: int = 1
+    seed: int = 0
+    max_history: int = 50
+    example_age: bool = False
+    max_examples_per_user: Optional[int] = None
+    examples: str = "next_item"  # what training reads: ``next_item``/``set`` (decided by the order) or ``none``
+    order: str = "time"
+    has_time: bool = True
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict, run_dir: str | Path,
+                    num_shards: Optional[int] = None) -> Settings:
+        """The settings of ``config``; ``num_shards`` defaults to ``data.num_shards`` when streamed, else 1."""
+        d = config.data
+        if d.split not in SPLITS:
+            raise InputError(f"unknown split {d.split!r}; expected one of {SPLITS}", field="data.split")
+        sources = [("train", str(d.train_path))]
+        if d.split == "files":
+            if not d.test_path:
+                raise InputError("split 'files' needs data.test_path", field="data.test_path")
+            sources.append(("test", str(d.test_path)))
+            if d.validation_path:
+                sources.append(("validation", str(d.validation_path)))
+        if num_shards is None:
+            num_shards = int(d.num_shards) if streamed(d) else 1
+        model = config.get("model")
+        columns = readers.ColumnNames(user=d.user_column, item=d.item_column, timestamp=d.timestamp_column or None)
+        return cls(tuple(sources), d.format, columns, str(run_dir), int(num_shards), d.split, int(d.holdout_n),
+                   bool(d.validation), float(d.holdout_fraction), float(d.temporal_quantile), d.unknown_policy,
+                   int(d.min_item_count), int(config.seed), int(model.max_history) if model else 50,
+                   bool(model and model.get("user_tower") and model.user_tower.use_example_age),
+                   d.get("max_examples_per_user", 0) or None,
+                   "none" if config.get("model_type", "two_tower") == "item2vec" else "next_item")
+
+    @property
+    def train_path(self) -> str:
+        return self.sources[0][1]
+
+    @property
+    def paths(self) -> artifacts.RunPaths:
+        return artifacts.RunPaths(self.run_dir)
+
+    @property
+    def partitions(self) -> Path:
+        return self.paths.train_data.parent / "partitions"
+
+    @property
+    def examples_dir(self) -> Path:
+        return examples_dir(self.paths)
+
+    def part(self, name: str, shard: int) -> Path:
+        return self.paths.train_data.parent / "parts" / f"{name}-{shard:05d}.parquet"
+
+    def source_of(self, part: str) -> str:
+        return dict(self.sources).get(part, self.train_path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What the stage wrote: counts, the order decision and the training examples (kind, shards, count)."""
+
+    train_interactions: int
+    test_interactions: int
+    validation_interactions: int
+    users: int
+    items: int
+    dropped: dict
+    order: dict
+    examples: dict  # kind, count, shards, streamed
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def examples_dir(paths: artifacts.RunPaths) -> Path:
+    """Where a run's example shards live (next-item TFRecords, or set pairs)."""
+    return paths.train_data.parent / "examples"
+
+
+def set_shard_file(directory: str | Path, shard: int) -> Path:
+    return Path(directory) / f"set-{shard:05d}.bin"
+
+
+def shard_of(user_ids: pd.Series, num_shards: int) -> np.ndarray:
+    """Partition of each user id: a hash of the string that is the same in every process and on every machine."""
+    return (pd.util.hash_array(user_ids.to_numpy(dtype=object)) % np.uint64(num_shards)).astype(np.int32)
+
+
+# ------------------------------------------------------------------ 1. partition
+def _conform(frame: pd.DataFrame, part: str, has_time: bool) -> pd.DataFrame:
+    """One schema for every partition file: the training log's columns (a held-out file without timestamps gets 0:
+    held-out rows are never ordered), the file row and the part."""
+    columns = ["user_id", "item_id"] + (["timestamp"] if has_time else []) + ["row"]
+    if has_time and "timestamp" not in frame:
+        frame = frame.assign(timestamp=np.zeros(len(frame), np.int64))
+    return frame[columns].assign(part=part)
+
+
+def partition(settings: Settings, number: int, part: str, path: str) -> dict:
+    """Task 1: writes the file's rows into the partitions; returns the row count and, for the training log, the
+    distinct timestamps with their counts (the temporal split's cut-off is a quantile over all of them)."""
+    count, times = 0, []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal count
+        for frame in readers.interaction_batches(path, settings.format, settings.columns):
+            frame = _conform(frame, part, settings.has_time)
+            if settings.has_time and part == "train":
+                times.append(pd.Series(frame["timestamp"].to_numpy()).value_counts(sort=False))
+            frame["shard"] = shard_of(frame["user_id"], settings.num_shards)
+            count += len(frame)
+            yield from pa.Table.from_pandas(frame, preserve_index=False).to_batches()
+
+    stream = batches()
+    first = next(stream, None)
+    if first is not None:
+        reader = pa.RecordBatchReader.from_batches(first.schema, _chain(first, stream))
+        ds.write_dataset(reader, settings.partitions, format="parquet",
+                         partitioning=ds.partitioning(pa.schema([("shard", pa.int32())]), flavor="hive"),
+                         basename_template=f"{part}-{number:03d}-{{i}}.parquet",
+                         existing_data_behavior="overwrite_or_ignore")
+    summed = pd.concat(times).groupby(level=0).sum() if times else pd.Series([], dtype=np.int64)
+    return {"part": part, "rows": count, "times": summed}
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+# ------------------------------------------------------------------ 2. split
+def _read_partition(settings: Settings, shard: int) -> pd.DataFrame:
+    """The partition's rows sorted by (user, time, file row): each user's rows in time order, ties in file order."""
+    directory = settings.partitions / f"shard={shard}"
+    if not directory.exists():
+        empty = {"user_id": pd.Series([], dtype=object), "item_id": pd.Series([], dtype=object)}
+        if settings.has_time:
+            empty["timestamp"] = np.zeros(0, np.int64)
+        return pd.DataFrame({**empty, "row": np.zeros(0, np.int64), "part": pd.Series([], dtype=object)})
+    frame = ds.dataset(directory, format="parquet").to_table().to_pandas()
+    for column in ("user_id", "item_id", "part"):
+        frame[column] = frame[column].astype(object)
+    keys = ["part", "user_id"] + (["timestamp"] if settings.has_time else []) + ["row"]
+    return frame.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
+def _split(settings: Settings, frame: pd.DataFrame, cutoff: Optional[int]) -> splits.Split:
+    """The partition's split (held-out rows kept: :func:`example_shard` aligns them to the vocabularies)."""
+    train = frame[frame["part"] == "train"].reset_index(drop=True)
+    if settings.order == "none":
+        train = order_lib.shuffle_within_users(train, settings.seed)
+    if settings.split == "files":
+        held = {name: frame[frame["part"] == name].reset_index(drop=True) for name in PARTS[1:]}
+        return splits.Split(train, held["test"], held["validation"] if dict(settings.sources).get("validation")
+                            else None)
+    if train.empty:
+        return splits.Split(train, train, train if settings.validation else None)
+    if settings.split == "leave_last_n":
+        return splits.leave_last_n_out(train, settings.holdout_n,
+                                       validation_n=settings.holdout_n if settings.validation else 0, policy="keep")
+    if settings.split == "temporal":
+        return splits.temporal_cutoff(train, cutoff, policy="keep", require_both=False)
+    return splits.random_holdout(train, settings.holdout_fraction, seed=settings.seed, policy="keep")
+
+
+def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) -> dict:
+    """Task 2: splits the partition's users, writes the parts; returns training counts, the time span and the parts'
+    sizes."""
+    split = _split(settings, _read_partition(settings, shard), cutoff)
+    rows = {}
+    for name in PARTS:
+        part = getattr(split, name)
+        if part is not None:
+            _write(part.drop(columns=["part"], errors="ignore"), settings.part(name, shard))
+            rows[name] = len(part)
+    train = split.train
+    times = train["timestamp"].to_numpy() if "timestamp" in train else np.zeros(0, np.int64)
+    return {"items": train["item_id"].value_counts(sort=False), "users": train["user_id"].value_counts(sort=False),
+            "time": (int(times.min(initial=np.iinfo(np.int64).max)), int(times.max(initial=np.iinfo(np.int64).min))),
+            "rows": rows}
+
+
+def _write(frame: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.drop(columns=["shard"], errors="ignore").reset_index(drop=True).to_parquet(path, index=False)
+
+
+# ------------------------------------------------------------------ 4. examples
+def _user_indices(user_vocab_path: Path, users: pd.Series) -> np.ndarray:
+    """Vocabulary indices of ``users``, reading only their rows of the saved user vocabulary (bounded memory)."""
+    wanted = pa.array(pd.unique(users.to_numpy(dtype=object)), pa.string())
+    table = ds.dataset(user_vocab_path, format="parquet").to_table(columns=["index", "id"],
+                                                                   filter=ds.field("id").isin(wanted))
+    found = pd.Index(table.column("id").to_numpy(zero_copy_only=False)).get_indexer(users.to_numpy(dtype=object))
+    return table.column("index").to_numpy()[found]
+
+
+def _align(settings: Settings, name: str, frame: pd.DataFrame, known: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """``data.unknown_policy`` on a held-out part; a ``fail`` names the row of the file it was read from."""
+    try:
+        return splits.align_to_train(frame, known, settings.unknown_policy, path=settings.source_of(name), name=name)
+    except InputError as e:
+        row = None if e.row is None else int(frame["row"].iloc[e.row])
+        raise InputError(e.message, path=e.path, column=e.column, row=row) from None
+
+
+def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) -> dict:
+    """Task 4: aligns the held-out parts to the vocabularies and writes the partition's training examples."""
+    item_vocab = Vocabulary.load(settings.paths.item_vocab)
+    train = pd.read_parquet(settings.part("train", shard))
+    known = pd.DataFrame({"user_id": train["user_id"].drop_duplicates().reset_index(drop=True),
+                          "item_id": pd.Series(item_vocab.ids[NUM_RESERVED:])})
+    dropped, held_out = {}, {}
+    for name in PARTS[1:]:
+        path = settings.part(name, shard)
+        if path.exists():
+            aligned, dropped[name] = _align(settings, name, pd.read_parquet(path), known)
+            held_out[name] = len(aligned)
+            _write(aligned, path)
+    out = {"dropped": dropped, "held_out": held_out, "examples": 0}
+    if settings.examples == "none":
+        return out
+    users = _user_indices(settings.paths.user_vocab, train["user_id"])
+    items = item_vocab.lookup(train["item_id"].to_numpy())
+    if settings.examples == "set":
+        out["examples"] = set_examples.write_set_shard(users, items, set_shard_file(settings.examples_dir, shard))
+        return out
+    timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
+    built = examples_lib.next_item_examples(
+        users, items, timestamps, max_history=settings.max_history,
+        example_age=settings.example_age and timestamps is not None,
+        max_examples_per_user=settings.max_examples_per_user, seed=settings.seed)
+    if "example_age" in built and len(timestamps):  # rescale the partition's span to the log's
+        low, high = float(timestamps.min()), float(timestamps.max())
+        age_seconds = built["example_age"].astype(np.float64) * max(high - low, 1.0) + (time_span[1] - high)
+        built["example_age"] = (age_seconds / max(time_span[1] - time_span[0], 1.0)).astype(np.float32)
+    out["examples"] = shards.write_shard(built, shards.shard_file(settings.examples_dir, shard), settings.seed + shard)
+    return out
+
+
+# ------------------------------------------------------------------ driver
+def _clean(settings: Settings) -> None:
+    """Removes the intermediate partitions and parts (a rerun of the stage starts from the log)."""
+    shutil.rmtree(settings.partitions, ignore_errors=True)
+    shutil.rmtree(settings.part("train", 0).parent, ignore_errors=True)
+
+
+def _append(settings: Settings, name: str, target: Path) -> Optional[int]:
+    """Appends the partitions' ``name`` parts (without the file row) to the Parquet file ``target``, one partition in
+    memory at a time, atomically; None when no partition has the part."""
+    paths = [settings.part(name, shard) for shard in range(settings.num_shards)]
+    paths = [path for path in paths if path.exists()]
+    if not paths:
+        return None
+    filled = [path for path in paths if pq.ParquetFile(path).metadata.num_rows] or paths[:1]
+    paths = filled  # an empty partition's columns have no type to cast from
+    schema = pq.read_schema(paths[0])
+    schema = schema.remove(schema.get_field_index("row"))
+    rows = 0
+    with artifacts.atomic_path(target) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+        for path in paths:
+            table = pq.read_table(path, columns=schema.names).cast(schema)
+            writer.write_table(table)
+            rows += table.num_rows
+    return rows
+
+
+def _head(settings: Settings) -> pd.DataFrame:
+    """The training log's first batch: its columns and the evidence of its order."""
+    head = next(readers.interaction_batches(settings.train_path, settings.format, settings.columns), None)
+    if head is None:
+        raise InputError("no interactions (the file has no data rows)", path=settings.train_path)
+    return head
+
+
+def _check_split(settings: Settings, parts: dict, items: int) -> None:
+    """Degenerate data, told as what to change, before any example is written."""
+    path = settings.train_path
+    if not parts.get("train"):
+        raise InputError(f"the {settings.split} split leaves no training interactions; give a longer log or another "
+                         "data.split", path=path, field="data.split")
+    if not parts.get("test"):
+        raise InputError(f"the {settings.split} split leaves no test interactions (every user has too few "
+                         "interactions to hold one out); give users with at least two interactions, or another "
+                         "data.split", path=settings.source_of("test"), field="data.split")
+    if items < 2:
+        raise InputError(f"{items} item(s) in the training vocabulary (after data.min_item_count="
+                         f"{settings.min_item_count}): retrieval ranks at least two items; give a log with more items "
+                         "or lower data.min_item_count", path=path, field="data.min_item_count")
+
+
+def run(settings: Settings, engine: Engine, order_request: str,
+        warm_start: Optional[artifacts.RunPaths] = None) -> Prepared:
+    """Runs the stage (see the module docstring) on ``engine``, ``order_request`` being ``data.order``; writes the
+    run's vocabularies (ordered stably against ``warm_start``'s, the published run, when given),
+    ``data/train|test(|validation).parquet`` and ``data/examples/``."""
+    paths = settings.paths
+    paths.train_data.parent.mkdir(parents=True, exist_ok=True)
+    paths.item_vocab.parent.mkdir(parents=True, exist_ok=True)
+    _clean(settings)
+    head = _head(settings)
+    fmt = readers.guess_format(settings.train_path) if settings.format == "auto" else settings.format
+    decision = order_lib.resolve(order_request, head, fmt, settings.train_path)
+    if decision.order == "none" and settings.split in TIME_SPLITS:
+        raise InputError(f"data.split={settings.split} needs time order, but the data are sets ({decision.evidence});"
+                         " use data.split=random or files, or set data.order=time", path=settings.train_path,
+                         field="data.split")
+    kind = "none" if settings.examples == "none" else ("set" if decision.order == "none" else "next_item")
+    settings = dataclasses.replace(settings, order=decision.order, examples=kind, has_time="timestamp" in head)
+    read = engine.map(lambda job: partition(settings, job[0], *job[1]), list(enumerate(settings.sources)))
+    logging.info("partitioned %d interactions into %d partition(s)", sum(r["rows"] for r in read), settings.num_shards)
+    cutoff = None
+    if settings.split == "temporal":
+        if not settings.has_time:
+            raise InputError("a temporal split needs a timestamp column", path=settings.train_path,
+                             column=settings.columns.timestamp or "timestamp", field="data.split")
+        times = pd.concat([r["times"] for r in read if r["part"] == "train"]).groupby(level=0).sum().sort_index()
+        cutoff = splits.cutoff_of(times.index.to_numpy(), times.to_numpy(), 1.0 - settings.temporal_quantile)
+        logging.info("temporal cut-off at %d", cutoff)
+    stats = engine.map(lambda shard: split_shard(settings, shard, cutoff), list(range(settings.num_shards)))
+    item_vocab = Vocabulary.from_counts(pd.concat([s["items"] for s in stats]).groupby(level=0).sum(),
+                                        settings.min_item_count)
+    user_vocab = Vocabulary.from_counts(pd.concat([s["users"] for s in stats]), 1)
+    _check_split(settings, {name: sum(s["rows"].get(name, 0) for s in stats) for name in PARTS},
+                 item_vocab.size - NUM_RESERVED)
+    if warm_start is not None:
+        item_vocab = item_vocab.stable_against(Vocabulary.load(warm_start.item_vocab))
+        user_vocab = user_vocab.stable_against(Vocabulary.load(warm_start.user_vocab))
+    item_vocab.save(paths.item_vocab)
+    user_vocab.save(paths.user_vocab)
+    span = (min(s["time"][0] for s in stats), max(s["time"][1] for s in stats))
+    shutil.rmtree(settings.examples_dir, ignore_errors=True)
+    settings.examples_dir.mkdir(parents=True)
+    built = engine.map(lambda shard: example_shard(settings, shard, span), list(range(settings.num_shards)))
+    num_examples = sum(b["examples"] for b in built)
+    _write_examples_manifest(settings, num_examples)
+    counts = {name: _append(settings, name, getattr(paths, f"{name}_data")) for name in PARTS}
+    _clean(settings)
+    if not counts["test"]:
+        raise InputError("no test interaction has a user and an item known to training (data.unknown_policy="
+                         f"{settings.unknown_policy} dropped them all)", path=settings.source_of("test"),
+                         field="data.unknown_policy")
+    dropped = {name: sum(b["dropped"].get(name, 0) for b in built) for name in PARTS[1:]}
+    logging.info("prepared %d train, %d test interactions; %d %s examples in %d shard(s)", counts["train"],
+                 counts["test"], num_examples, kind, settings.num_shards)
+    return Prepared(counts["train"], counts["test"], counts["validation"] or 0, user_vocab.size - NUM_RESERVED,
+                    item_vocab.size - NUM_RESERVED, {k: v for k, v in dropped.items() if v}, decision.as_dict(),
+                    {"kind": kind, "count": num_examples, "shards": settings.num_shards,
+                     "streamed": settings.num_shards > 1})
+
+
+def _write_examples_manifest(settings: Settings, num_examples: int) -> None:
+    if settings.examples == "set":
+        set_examples.write_manifest(settings.examples_dir,
+                                    [set_shard_file("", k).name for k in range(settings.num_shards)], num_examples)
+    elif settings.examples == "next_item":
+        shards.write_manifest(settings.examples_dir, [shards.shard_file("", k).name for k in range(settings.num_shards)],
+                              num_examples, settings.max_history, settings.example_age and settings.has_time)
+
+
+# ------------------------------------------------------------------ what training reads
+def load_examples(paths: artifacts.RunPaths, in_memory: bool, max_history: int, history_keep: float = 1.0,
+                  shuffle_buffer: int = 65_536) -> examples_lib.ExampleSource:
+    """The run's training examples: set pairs or next-item examples, held in memory (``in_memory``) or streamed from
+    the shard files; either way an :class:`examples.ExampleSource`."""
+    directory = examples_dir(paths)
+    kind = artifacts.read_json(directory / shards.MANIFEST).get("kind", "next_item")
+    if kind == "set":
+        source = set_examples.SetShards.load(directory, max_history, history_keep)
+    else:
+        source = shards.ExampleShards.load(directory, shuffle_buffer)
+    return source.in_memory() if in_memory else source
+
+
+def training_indices(paths: artifacts.RunPaths, item_vocab: Vocabulary,
+                     user_vocab: Vocabulary) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """(user indices, item indices, timestamps or None) of the run's training table, read in record batches: memory
+    holds the integer arrays, never the table's strings (Item2Vec's input)."""
+    table = pq.ParquetFile(paths.train_data)
+    has_time = "timestamp" in table.schema_arrow.names
+    users, items, timestamps = [np.zeros(0, np.int32)], [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+    for batch in table.iter_batches():
+        users.append(user_vocab.lookup(batch.column("user_id").to_numpy(zero_copy_only=False)).astype(np.int32))
+        items.append(item_vocab.lookup(batch.column("item_id").to_numpy(zero_copy_only=False)).astype(np.int32))
+        if has_time:
+            timestamps.append(batch.column("timestamp").to_numpy())
+    return np.concatenate(users), np.concatenate(items), np.concatenate(timestamps) if has_time else None
