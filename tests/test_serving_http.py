@@ -1,7 +1,8 @@
 """HTTP API end to end over loopback (uvicorn in a thread, httpx): endpoints, the bad-request table (4xx, never
 500), the body types `curl -d` sends, the read deadline on partial requests (raw sockets), hot reload of `latest`
 under concurrent requests with zero errors, broken runs refused by the canary with the reason in `/v1/status`, no
-absolute path in any response, and the `pipelines.serve` command (also refusing a broken first run)."""
+absolute path in any response, the `pipelines.serve` command (also refusing a broken first run), Prometheus `/metrics`,
+and `--workers`: two processes on one port, each reloading `latest` itself, a crashed one restarted."""
 
 import json
 import os
@@ -384,6 +385,126 @@ def test_serve_command_refuses_a_broken_first_run_with_one_line(served):
     root = served[0]
     command = [sys.executable, "-m", "pipelines.serve", f"--run_dir={root / 'raising_tower'}", "--port=0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert re.fullmatch(r"error: run \S+/raising_tower refused: the user tower fails: .*user tower exploded.*",
+                        result.stderr.strip().splitlines()[-1]), result.stderr[-2000:]
+
+
+def samples(text: str) -> dict:
+    """``{(sample name, sorted labels): value}`` of a Prometheus text exposition (``pid`` labels dropped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "pid"))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_count_requests_latency_reloads_and_the_served_version(model_dir, tmp_path):
+    root = tmp_path / "model"
+    for name in ("r1", "r2"):
+        shutil.copytree(model_dir / name, root / name)
+    shutil.copytree(model_dir / "r1", root / "broken")
+    raising_tower(root / "broken")
+    point_link(root / "latest", "r1")
+    holder = GeneratorHolder(root)
+    with BackgroundServer(create_app(holder, LIMITS)) as server, httpx.Client(base_url=server.url) as http:
+        for _ in range(3):
+            assert http.post("/v1/candidates", json={"user_id": "u1", "k": 5}).status_code == 200
+        assert http.post("/v1/candidates", json={"k": 0}).status_code == 422
+        assert http.post("/v1/similar", json={"item_id": "nope"}).status_code == 404
+        assert http.get("/wp-admin/x").status_code == 404
+        before = http.get("/metrics")
+        point_link(root / "latest", "r2")
+        assert holder.poll()  # what the watcher thread calls
+        point_link(root / "latest", "broken")
+        assert not holder.poll()
+        after = samples(http.get("/metrics").text)
+    assert before.headers["content-type"].startswith("text/plain")
+    got = samples(before.text)
+    count = "retrieval_http_requests_total"
+    assert got[(count, (("method", "POST"), ("route", "/v1/candidates"), ("status", "200")))] == 3
+    assert got[(count, (("method", "POST"), ("route", "/v1/candidates"), ("status", "422")))] == 1
+    assert got[(count, (("method", "POST"), ("route", "/v1/similar"), ("status", "404")))] == 1
+    assert got[(count, (("method", "GET"), ("route", "other"), ("status", "404")))] == 1  # unknown paths: one route
+    latency = "retrieval_http_request_duration_seconds"
+    assert got[(latency + "_count", (("route", "/v1/candidates"),))] == 4
+    assert got[(latency + "_bucket", (("le", "+Inf"), ("route", "/v1/candidates")))] == 4
+    assert got[("retrieval_reloads_total", (("outcome", "swapped"),))] == 0
+    assert got[("retrieval_model_info", (("run", "r1"), ("run_id", "r1"), ("version", "1")))] == 1
+    assert after[("retrieval_reloads_total", (("outcome", "swapped"),))] == 1
+    assert after[("retrieval_reloads_total", (("outcome", "refused"),))] == 1
+    assert after[("retrieval_model_info", (("run", "r2"), ("run_id", "r2"), ("version", "2")))] == 1
+    assert after[("retrieval_model_info", (("run", "r1"), ("run_id", "r1"), ("version", "1")))] == 0
+
+
+def start_serve(run_dir, log, *flags: str) -> tuple[subprocess.Popen, str]:
+    """``pipelines.serve`` on a free port with ``flags``; returns the process and its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", f"--run_dir={run_dir}", f"--port={port}",
+                                "--log_level=warning", *flags], stdout=subprocess.DEVNULL, stderr=log)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def served_versions(url: str) -> dict:
+    """``{worker pid: version}`` of the runs the workers serve, from ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(url + "/metrics").text
+    except httpx.TransportError:
+        return {}
+    return {s.labels["pid"]: s.labels["version"] for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "retrieval_model_info" and s.value == 1}
+
+
+def wait_for_workers(url: str, accept, timeout_s: float = 120.0) -> dict:
+    """``served_versions(url)`` once ``accept`` of it is true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        versions = served_versions(url)
+        if accept(versions):
+            return versions
+        time.sleep(0.2)
+    raise AssertionError(f"timed out; last seen {versions}")
+
+
+def test_two_workers_share_the_port_and_each_reloads_latest_itself(model_dir, tmp_path):
+    root = tmp_path / "model"
+    for name in ("r1", "r2"):
+        shutil.copytree(model_dir / name, root / name)
+    point_link(root / "latest", "r1")
+    log = (tmp_path / "serve.log").open("w+")
+    process, url = start_serve(root, log, "--workers=2", "--reload_interval_s=0.2")
+    try:
+        workers = wait_for_workers(url, lambda v: len(v) == 2)
+        assert set(workers.values()) == {"1"}
+        seen = set()
+        for _ in range(20):  # a new connection each: the kernel hands them to either worker
+            response = httpx.post(url + "/v1/candidates", json={"user_id": "u1", "k": 5})
+            assert response.status_code == 200 and len(response.json()["items"]) == 5
+            seen.add(response.json()["model_version"])
+        point_link(root / "latest", "r2")
+        wait_for_workers(url, lambda v: len(v) == 2 and set(v.values()) == {"2"})
+        os.kill(int(next(iter(workers))), 9)  # a crashed worker: the other one keeps answering ...
+        for _ in range(10):
+            assert httpx.post(url + "/v1/candidates", json={"user_id": "u1", "k": 5}).status_code == 200
+        restarted = wait_for_workers(url, lambda v: len(v) == 2 and set(v) != set(workers))
+        assert set(restarted.values()) == {"2"}  # ... and its replacement loads what `latest` names now
+        totals = samples(httpx.get(url + "/metrics").text)
+        assert totals[("retrieval_reloads_total", (("outcome", "swapped"),))] >= 2  # both workers' reloads
+    finally:
+        process.terminate()
+        code = process.wait(timeout=60)
+        log.seek(0)
+    assert seen == {"1"} and code == 0, log.read()[-3000:]
+
+
+def test_workers_refuse_a_broken_first_run_with_one_line(served):
+    root = served[0]
+    command = [sys.executable, "-m", "pipelines.serve", f"--run_dir={root / 'raising_tower'}", "--port=0",
+               "--workers=2"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert re.fullmatch(r"error: run \S+/raising_tower refused: the user tower fails: .*user tower exploded.*",
                         result.stderr.strip().splitlines()[-1]), result.stderr[-2000:]
