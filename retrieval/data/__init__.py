@@ -1,5 +1,7 @@
 """Data layer: read + validate -> Vocabulary -> split -> example arrays (numpy) -> ``tf.data``.
 
+:mod:`prepare` runs these as one set of tasks (partition, split, vocabularies, examples) on one partition in memory
+or on many, streamed, on any engine (:mod:`engine`); :mod:`seeds` keys its randomness per user.
 Modules, one job each: :mod:`readers` (interaction logs and feature tables), :mod:`movielens` (GroupLens layouts),
 :mod:`validate` (``InputError`` with file/column/row), :mod:`vocab` (ids <-> indices, counts), :mod:`splits`,
 :mod:`order` (sequence or set: ``data.order`` and its detector), :mod:`examples` (next-item examples, skip-gram pairs,
