@@ -242,3 +242,16 @@ def test_temporal_cutoff_from_counts_is_numpy_quantile():
         fraction = rng.uniform(0.05, 0.95)
         assert splits.cutoff_of(*np.unique(times, return_counts=True), fraction) == int(
             np.quantile(times, 1 - fraction, method="higher"))
+
+
+def _die(_):
+    import os
+
+    os._exit(1)
+
+
+def test_a_task_that_kills_its_workers_ends_with_an_input_error(dask_engine):
+    """Dask reschedules a task whose worker died; one that kills every worker it meets ends the stage cleanly."""
+    with pytest.raises(InputError, match="Dask workers died"):
+        dask_engine.map(_die, [0])
+    assert dask_engine.map(abs, [-1, 2]) == [1, 2]  # the nannies restarted the workers: the engine still works

@@ -49,3 +49,44 @@ def test_streamed_set_run_trains_from_pair_shards(log_path, tmp_path):  # noqa: 
     assert sorted(p.name for p in (job.paths.train_data.parent / "examples").glob("set-*.bin")) == [
         "set-00000.bin", "set-00001.bin", "set-00002.bin"]
     assert job.stages.summary("train")["steps"] == math.ceil(prepare["train_interactions"] / config.train.batch_size)
+
+
+def _user_items_files(log_dir, directory):
+    """The synthetic log as a public-style set split: ``train.txt`` / ``test.txt``, one ``user item item ...`` line
+    per user, items in id order."""
+    frame = pd.read_csv(log_dir / "interactions.csv", dtype={"user_id": str, "item_id": str})
+    frame["item"] = pd.factorize(frame["item_id"])[0]
+    frame["user"] = pd.factorize(frame["user_id"])[0]
+    test = frame.groupby("user").cumcount() % 5 == 4
+    paths = {}
+    for name, part in (("train", frame[~test]), ("test", frame[test])):
+        lines = part.sort_values(["user", "item"]).groupby("user")["item"].apply(lambda s: " ".join(map(str, s)))
+        paths[name] = directory / f"{name}.txt"
+        paths[name].write_text("\n".join(f"{user} {items}" for user, items in lines.items()) + "\n")
+    return paths
+
+
+def test_public_set_split_and_item2vec_run_streamed(log_path, tmp_path):  # noqa: F811
+    """A user_items train/test pair (split=files) and an Item2Vec run both go through the streamed prepare."""
+    files = _user_items_files(log_path, tmp_path)
+    config = make_config(log_path, **{"data.streaming": "on", "data.num_shards": 3, "data.format": "user_items",
+                                      "data.split": "files", "data.train_path": str(files["train"]),
+                                      "data.test_path": str(files["test"]), "data.order": "none",
+                                      "data.timestamp_column": "", "model.user_tower.use_example_age": False,
+                                      "train.epochs": 1, "gate.min_lift_over_popular": -1.0})
+    job = TrainingJob(config, str(tmp_path / "models"), "sets")
+    job.run()
+    prepare = job.stages.summary("prepare")
+    assert prepare["examples"] == {"kind": "set", "count": prepare["train_interactions"], "shards": 3,
+                                   "streamed": True}
+
+    from configs.base import override
+    from configs.item2vec import get_config
+
+    item2vec = override(get_config(), {"data.train_path": str(log_path / "interactions.csv"),
+                                       "data.streaming": "on", "data.num_shards": 3, "item2vec.epochs": 1,
+                                       "gate.min_lift_over_popular": -1.0, "gate.floors": ""})
+    run = TrainingJob(item2vec, str(tmp_path / "models"), "i2v")
+    run.run()
+    assert run.stages.summary("prepare")["examples"]["kind"] == "none"
+    assert run.stages.summary("train")["vectors"][0] == run.stages.summary("prepare")["items"] + 2
