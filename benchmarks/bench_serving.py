@@ -16,8 +16,9 @@ per-request latencies; ratios are against ``library_1_client`` of the same size.
 ``--workers`` count (server processes sharing the port and the memory-mapped index, ``pipelines.serve --workers``;
 rows of more than one worker are named ``..._<w>_workers``), each with the server's memory: ``server_rss_mb`` (the
 processes' resident sets added up, shared pages counted once per process) and ``server_pss_mb`` (proportional set
-size: shared pages, such as the mapped index, divided among the processes that map them). The clients run on the
-same machine as the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M items, >= 1000 QPS
+size: shared pages, such as the mapped index, divided among the processes that map them), and the CPU time per
+request of the server (all its processes) and of the clients (this process). The clients run on the same machine as
+the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M items, >= 1000 QPS
 with 8 HTTP clients at 1M items, 0 errors.
 
 Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
@@ -33,6 +34,7 @@ import argparse
 import gc
 import http.client
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -189,17 +191,40 @@ def _serve(model_dir: Path, log: Path, workers: int, *flags: str) -> tuple[subpr
     raise RuntimeError(f"the server did not start: {log.read_text()[-2000:]}")
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its child processes (the server's workers)."""
+    return [pid] + [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                    for child in (task / "children").read_text().split()]
+
+
 def _memory_mb(pid: int) -> dict:
     """RSS and PSS (``/proc/<pid>/smaps_rollup``) of ``pid`` and its child processes, added up, in MB."""
-    pids, totals = [pid], {"Rss:": 0, "Pss:": 0}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(child) for child in (task / "children").read_text().split()]
-    for one in pids:
+    totals = {"Rss:": 0, "Pss:": 0}
+    for one in _tree(pid):
         for line in Path(f"/proc/{one}/smaps_rollup").read_text().splitlines():
             key = line.split()[0]
             if key in totals:
                 totals[key] += int(line.split()[1])
     return {"server_rss_mb": round(totals["Rss:"] / 1024, 1), "server_pss_mb": round(totals["Pss:"] / 1024, 1)}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its child processes so far."""
+    ticks = 0
+    for one in _tree(pid):
+        fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(pid: int, port: int, requests: list[dict], clients: int, limit_s: float) -> dict:
+    """One HTTP row, with the CPU milliseconds per request that the server and the clients spent: with ``c`` cores
+    for the server, its QPS cannot exceed ``c * 1000 / server_cpu_ms_per_request``."""
+    server, client = _cpu_s(pid), time.process_time()
+    row = _load(_http(port), requests, clients, limit_s)
+    answered = max(1, row["requests"])
+    return {**row, "server_cpu_ms_per_request": round((_cpu_s(pid) - server) * 1000 / answered, 3),
+            "client_cpu_ms_per_request": round((time.process_time() - client) * 1000 / answered, 3)}
 
 
 def _http_rows(model_dir: Path, log: Path, requests: list[dict], warm: list[dict], limit_s: float,
@@ -215,8 +240,8 @@ def _http_rows(model_dir: Path, log: Path, requests: list[dict], warm: list[dict
             _load(_http(port), warm, 1, limit_s)
             for clients in client_counts:
                 name = f"http_{clients}_client{'s' if clients > 1 else ''}{suffix}"
-                rows.append({"name": name, "workers": count, **_load(_http(port), requests, clients, limit_s),
-                             **_memory_mb(process.pid)})
+                rows.append({"name": name, "workers": count,
+                             **_measured(process.pid, port, requests, clients, limit_s), **_memory_mb(process.pid)})
         finally:
             process.terminate()
             process.wait(timeout=60)

@@ -23,3 +23,4 @@ def test_bench_serving_smoke():
         assert row["requests"] > 0 and row["p99_ms"] >= row["p50_ms"] > 0 and row["errors"] == 0
     assert rows["http_8_clients_2_workers"]["workers"] == 2 and rows["http_8_clients"]["workers"] == 1
     assert rows["http_8_clients_2_workers"]["server_pss_mb"] > 0
+    assert rows["http_8_clients"]["server_cpu_ms_per_request"] > 0
