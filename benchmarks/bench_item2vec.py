@@ -31,7 +31,11 @@ Rows: median (min-max) of the repeats; on ours, ``time_ratio_vs_<side>`` = our m
 (``cpu_ratio_vs_<side>`` for CPU time, ``rss_ratio_vs_<side>`` for peak RSS), ``recall_diff_vs_<side>`` and
 ``meets_target`` (all three parts of the target).
 
-    python -m benchmarks.bench_item2vec [--smoke] [--overrides='{"batch_size": 8192, "negative_group": 128}']
+Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
+``results.json``'s ``separate_runs`` and as a table at the end of ``RESULTS.md``, with the load average before the
+run in the note.
+
+    python -m benchmarks.bench_item2vec [--smoke] [--overrides='{"threads": 1}'] [--no-record]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks import common
+from benchmarks.record import add_record_flag, record, should_record
 from retrieval.data import Vocabulary, leave_last_n_out, read_interactions, synthetic
 from retrieval.memory import peak_rss_mb
 
@@ -223,9 +229,15 @@ if __name__ == "__main__":
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--overrides", default="{}", help="JSON object of item2vec config keys to change")
     parser.add_argument("--settings", help=argparse.SUPPRESS)
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.smoke, json.loads(args.settings))))
     else:
-        for result in run(args.smoke, json.loads(args.overrides)):
+        load_before = [round(x, 2) for x in os.getloadavg()]
+        results = run(args.smoke, json.loads(args.overrides))
+        for result in results:
             print(json.dumps(result))
+        if should_record(args):
+            record("item2vec", results, "python -m benchmarks.bench_item2vec " + " ".join(sys.argv[1:]),
+                   note=f"Load average (1, 5, 15 min) before the run: {load_before}; the heading's is at its end.")
