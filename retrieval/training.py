@@ -70,6 +70,12 @@ def default_train_config() -> ml_collections.ConfigDict:
     # 0: never stop early.
     config.eval_every_epochs = 1
     config.early_stopping_patience = 0
+    # With early stopping and no validation data given (data.validation_path, data.validation), the run holds out
+    # this share of each user's training items itself (sets: at random; sequences: the last item), early-stops on
+    # it, and then, with refit, trains the final model on all training data for the best epoch count (the test data
+    # is not used for either). 0: no automatic holdout (early stopping then needs validation data).
+    config.validation_fraction = 0.1
+    config.refit = True
     # Name under which the validation metric is logged (Keras logs, TensorBoard).
     config.eval_metric_name = "val_recall"
     # Cut-off of the validation recall the pipeline computes for early stopping (validation data required:

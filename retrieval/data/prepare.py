@@ -40,7 +40,7 @@ from absl import logging
 from retrieval import artifacts
 from retrieval.data import examples as examples_lib
 from retrieval.data import order as order_lib
-from retrieval.data import readers, set_examples, shards, splits
+from retrieval.data import readers, seeds, set_examples, shards, splits
 from retrieval.data.engine import Engine
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
@@ -49,6 +49,7 @@ MODES = ("auto", "on", "off")
 SPLITS = ("leave_last_n", "temporal", "random", "files")
 TIME_SPLITS = ("leave_last_n", "temporal")
 PARTS = ("train", "test", "validation")
+TUNING_PARTS = ("tuning_train", "tuning_validation")  # the automatic holdout: training data minus a validation part
 EXAMPLE_KINDS = ("next_item", "set", "none")
 
 
@@ -82,6 +83,7 @@ class Settings:
     example_age: bool = False
     max_examples_per_user: Optional[int] = None
     examples: str = "next_item"  # what training reads: ``next_item``/``set`` (decided by the order) or ``none``
+    tuning_fraction: float = 0.0  # > 0: hold out a validation part of the training data (see :func:`_tuning_split`)
     order: str = "time"
     has_time: bool = True
 
@@ -103,12 +105,13 @@ class Settings:
             num_shards = int(d.num_shards) if streamed(d) else 1
         model = config.get("model")
         columns = readers.ColumnNames(user=d.user_column, item=d.item_column, timestamp=d.timestamp_column or None)
+        examples = "none" if config.get("model_type", "two_tower") == "item2vec" else "next_item"
         return cls(tuple(sources), d.format, columns, str(run_dir), int(num_shards), d.split, int(d.holdout_n),
                    bool(d.validation), float(d.holdout_fraction), float(d.temporal_quantile), d.unknown_policy,
                    int(d.min_item_count), int(config.seed), int(model.max_history) if model else 50,
                    bool(model and model.get("user_tower") and model.user_tower.use_example_age),
-                   d.get("max_examples_per_user", 0) or None,
-                   "none" if config.get("model_type", "two_tower") == "item2vec" else "next_item")
+                   d.get("max_examples_per_user", 0) or None, examples,
+                   tuning_fraction(config) if examples != "none" else 0.0)
 
     @property
     def train_path(self) -> str:
@@ -145,14 +148,36 @@ class Prepared:
     dropped: dict
     order: dict
     examples: dict  # kind, count, shards, streamed
+    tuning: Optional[dict] = None  # the automatic validation holdout (train.validation_fraction), when made
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def examples_dir(paths: artifacts.RunPaths) -> Path:
-    """Where a run's example shards live (next-item TFRecords, or set pairs)."""
-    return paths.train_data.parent / "examples"
+def has_validation_data(data: ml_collections.ConfigDict) -> bool:
+    """Whether the config gives validation data: a validation file, or leave_last_n's validation part."""
+    return bool(data.split == "files" and data.validation_path) or bool(data.split == "leave_last_n"
+                                                                       and data.validation)
+
+
+def tuning_fraction(config: ml_collections.ConfigDict) -> float:
+    """``train.validation_fraction`` when the run holds out validation data itself: early stopping is on
+    (``train.early_stopping_patience`` > 0) and the config gives no validation data; else 0."""
+    t = config.get("train")
+    if t is None or t.get("early_stopping_patience", 0) <= 0 or has_validation_data(config.data):
+        return 0.0
+    return float(t.get("validation_fraction", 0.0))
+
+
+def examples_dir(paths: artifacts.RunPaths, tuning: bool = False) -> Path:
+    """Where a run's example shards live (next-item TFRecords, or set pairs); ``tuning``: those of the training data
+    minus the automatic validation holdout."""
+    return paths.train_data.parent / ("tuning" if tuning else "") / "examples"
+
+
+def tuning_data(paths: artifacts.RunPaths, part: str) -> Path:
+    """``data/tuning/train.parquet`` or ``validation.parquet``: the automatic holdout's two parts."""
+    return paths.train_data.parent / "tuning" / f"{part}.parquet"
 
 
 def set_shard_file(directory: str | Path, shard: int) -> Path:
@@ -245,9 +270,11 @@ def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) ->
     """Task 2: splits the partition's users, writes the parts; returns training counts, the time span and the parts'
     sizes."""
     split = _split(settings, _read_partition(settings, shard), cutoff)
+    parts = {name: getattr(split, name) for name in PARTS}
+    if settings.tuning_fraction > 0:
+        parts.update(zip(TUNING_PARTS, _tuning_split(settings, split.train), strict=True))
     rows = {}
-    for name in PARTS:
-        part = getattr(split, name)
+    for name, part in parts.items():
         if part is not None:
             _write(part.drop(columns=["part"], errors="ignore"), settings.part(name, shard))
             rows[name] = len(part)
@@ -256,6 +283,20 @@ def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) ->
     return {"items": train["item_id"].value_counts(sort=False), "users": train["user_id"].value_counts(sort=False),
             "time": (int(times.min(initial=np.iinfo(np.int64).max)), int(times.max(initial=np.iinfo(np.int64).min))),
             "rows": rows}
+
+
+def _tuning_split(settings: Settings, train: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The automatic validation holdout of the training part (``train.validation_fraction``): for sets a random
+    ``fraction`` of each user's items (keyed per user, its own stream), for sequences each user's last item; users
+    too short to give one keep all. Training on the rest early-stops on it; the final model refits on all of it."""
+    if train.empty:
+        return train, train
+    if settings.order == "none":
+        held = splits.random_holdout(train, settings.tuning_fraction, seed=settings.seed, policy="keep",
+                                     salt=seeds.TUNING)
+    else:
+        held = splits.leave_last_n_out(train, 1, policy="keep")
+    return held.train, held.test
 
 
 def _write(frame: pd.DataFrame, path: Path) -> None:
@@ -295,14 +336,24 @@ def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) ->
             aligned, dropped[name] = _align(settings, name, pd.read_parquet(path), known)
             held_out[name] = len(aligned)
             _write(aligned, path)
-    out = {"dropped": dropped, "held_out": held_out, "examples": 0}
+    out = {"dropped": dropped, "held_out": held_out, "examples": 0, "tuning_examples": 0}
     if settings.examples == "none":
         return out
+    out["examples"] = _write_examples(settings, shard, train, item_vocab, settings.examples_dir, time_span)
+    if settings.tuning_fraction > 0:
+        tuning = pd.read_parquet(settings.part("tuning_train", shard))
+        out["tuning_examples"] = _write_examples(settings, shard, tuning, item_vocab,
+                                                 examples_dir(settings.paths, tuning=True), time_span)
+    return out
+
+
+def _write_examples(settings: Settings, shard: int, train: pd.DataFrame, item_vocab: Vocabulary, directory: Path,
+                    time_span: tuple[int, int]) -> int:
+    """Writes the partition's training examples of ``train`` into ``directory``; returns their number."""
     users = _user_indices(settings.paths.user_vocab, train["user_id"])
     items = item_vocab.lookup(train["item_id"].to_numpy())
     if settings.examples == "set":
-        out["examples"] = set_examples.write_set_shard(users, items, set_shard_file(settings.examples_dir, shard))
-        return out
+        return set_examples.write_set_shard(users, items, set_shard_file(directory, shard))
     timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
     built = examples_lib.next_item_examples(
         users, items, timestamps, max_history=settings.max_history,
@@ -312,8 +363,7 @@ def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) ->
         low, high = float(timestamps.min()), float(timestamps.max())
         age_seconds = built["example_age"].astype(np.float64) * max(high - low, 1.0) + (time_span[1] - high)
         built["example_age"] = (age_seconds / max(time_span[1] - time_span[0], 1.0)).astype(np.float32)
-    out["examples"] = shards.write_shard(built, shards.shard_file(settings.examples_dir, shard), settings.seed + shard)
-    return out
+    return shards.write_shard(built, shards.shard_file(directory, shard), settings.seed + shard)
 
 
 # ------------------------------------------------------------------ driver
@@ -407,12 +457,18 @@ def run(settings: Settings, engine: Engine, order_request: str,
     item_vocab.save(paths.item_vocab)
     user_vocab.save(paths.user_vocab)
     span = (min(s["time"][0] for s in stats), max(s["time"][1] for s in stats))
-    shutil.rmtree(settings.examples_dir, ignore_errors=True)
-    settings.examples_dir.mkdir(parents=True)
+    tuning = settings.tuning_fraction > 0
+    shutil.rmtree(examples_dir(paths, tuning=True).parent, ignore_errors=True)
+    for directory in (settings.examples_dir, *([examples_dir(paths, tuning=True)] if tuning else [])):
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
     built = engine.map(lambda shard: example_shard(settings, shard, span), list(range(settings.num_shards)))
     num_examples = sum(b["examples"] for b in built)
-    _write_examples_manifest(settings, num_examples)
+    _write_examples_manifest(settings, settings.examples_dir, num_examples)
     counts = {name: _append(settings, name, getattr(paths, f"{name}_data")) for name in PARTS}
+    if tuning:
+        _write_examples_manifest(settings, examples_dir(paths, tuning=True), sum(b["tuning_examples"] for b in built))
+        counts.update({name: _append(settings, name, tuning_data(paths, name.split("_")[1])) for name in TUNING_PARTS})
     _clean(settings)
     if not counts["test"]:
         raise InputError("no test interaction has a user and an item known to training (data.unknown_policy="
@@ -421,27 +477,35 @@ def run(settings: Settings, engine: Engine, order_request: str,
     dropped = {name: sum(b["dropped"].get(name, 0) for b in built) for name in PARTS[1:]}
     logging.info("prepared %d train, %d test interactions; %d %s examples in %d shard(s)", counts["train"],
                  counts["test"], num_examples, kind, settings.num_shards)
+    holdout = None
+    if tuning:
+        holdout = {"fraction": settings.tuning_fraction, "validation_interactions": counts["tuning_validation"] or 0,
+                   "train_interactions": counts["tuning_train"] or 0,
+                   "examples": sum(b["tuning_examples"] for b in built)}
+        logging.info("automatic validation holdout (train.validation_fraction=%g): %d of the %d training interactions",
+                     settings.tuning_fraction, holdout["validation_interactions"], counts["train"])
     return Prepared(counts["train"], counts["test"], counts["validation"] or 0, user_vocab.size - NUM_RESERVED,
                     item_vocab.size - NUM_RESERVED, {k: v for k, v in dropped.items() if v}, decision.as_dict(),
                     {"kind": kind, "count": num_examples, "shards": settings.num_shards,
-                     "streamed": settings.num_shards > 1})
+                     "streamed": settings.num_shards > 1}, holdout)
 
 
-def _write_examples_manifest(settings: Settings, num_examples: int) -> None:
+def _write_examples_manifest(settings: Settings, directory: Path, num_examples: int) -> None:
+    names = range(settings.num_shards)
     if settings.examples == "set":
-        set_examples.write_manifest(settings.examples_dir,
-                                    [set_shard_file("", k).name for k in range(settings.num_shards)], num_examples)
+        set_examples.write_manifest(directory, [set_shard_file("", k).name for k in names], num_examples)
     elif settings.examples == "next_item":
-        shards.write_manifest(settings.examples_dir, [shards.shard_file("", k).name for k in range(settings.num_shards)],
-                              num_examples, settings.max_history, settings.example_age and settings.has_time)
+        shards.write_manifest(directory, [shards.shard_file("", k).name for k in names], num_examples,
+                              settings.max_history, settings.example_age and settings.has_time)
 
 
 # ------------------------------------------------------------------ what training reads
 def load_examples(paths: artifacts.RunPaths, in_memory: bool, max_history: int, history_keep: float = 1.0,
-                  shuffle_buffer: int = 65_536) -> examples_lib.ExampleSource:
-    """The run's training examples: set pairs or next-item examples, held in memory (``in_memory``) or streamed from
-    the shard files; either way an :class:`examples.ExampleSource`."""
-    directory = examples_dir(paths)
+                  shuffle_buffer: int = 65_536, tuning: bool = False) -> examples_lib.ExampleSource:
+    """The run's training examples (``tuning``: those of the training data minus the automatic holdout): set pairs or
+    next-item examples, held in memory (``in_memory``) or streamed from the shard files; either way an
+    :class:`examples.ExampleSource`."""
+    directory = examples_dir(paths, tuning)
     kind = artifacts.read_json(directory / shards.MANIFEST).get("kind", "next_item")
     if kind == "set":
         source = set_examples.SetShards.load(directory, max_history, history_keep)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-HOLDOUT, SHUFFLE = 1, 2  # salts: one independent stream per use
+HOLDOUT, SHUFFLE, TUNING = 1, 2, 3  # salts: one independent stream per use
 
 
 def _mix(z: np.ndarray) -> np.ndarray:

@@ -111,14 +111,15 @@ def leave_last_n_out(interactions: pd.DataFrame, n: int = 1, validation_n: int =
 
 
 def random_holdout(interactions: pd.DataFrame, test_fraction: float = 0.2, seed: int = 0, min_train: int = 1,
-                   policy: str = "drop") -> Split:
+                   policy: str = "drop", salt: int = seeds.HOLDOUT) -> Split:
     """Holds out ``floor(test_fraction * n_u)`` random interactions of each user (at most ``n_u - min_train``).
 
     The draw is keyed per user (:mod:`seeds`): a user's holdout depends on ``seed`` and her own rows (in this order),
-    not on the other users in ``interactions``, so any partition of the users gives the same split."""
+    not on the other users in ``interactions``, so any partition of the users gives the same split; ``salt`` picks
+    an independent draw (the automatic validation holdout uses its own)."""
     if not 0.0 < test_fraction < 1.0:
         raise InputError(f"test_fraction must be in (0, 1), got {test_fraction}", field="test_fraction")
-    keys = seeds.user_uniforms(interactions["user_id"], seed, seeds.HOLDOUT)
+    keys = seeds.user_uniforms(interactions["user_id"], seed, salt)
     from_end = _positions_from_end(interactions, keys)
     sizes = _user_sizes(interactions)
     num_test = np.minimum(np.floor(test_fraction * sizes), sizes - min_train)

@@ -195,24 +195,74 @@ class TrainingJob:
     def _train(self) -> dict:
         if self.model_type == "item2vec":
             return self._train_item2vec()
+        tuning = self._tune()
+        if tuning is not None and not self.config.train.refit:  # the tuned model is the final one
+            model = self._model if self._model is not None else self._fit_two_tower()[0]
+            warm_start_lib.save_id_tables(model, self.paths)
+            return {"steps": tuning["steps"], "best_metric": tuning["best_metric"], "best_epoch": tuning["best_epoch"],
+                    "stopped_early": tuning["stopped_early"], "tuning": tuning, "refit": False}
         model, fit_result = self._fit_two_tower()
         warm_start_lib.save_id_tables(model, self.paths)
-        return {"steps": fit_result.step, "best_metric": fit_result.best_metric, "best_epoch": fit_result.best_epoch,
-                "stopped_early": fit_result.stopped_early,
-                "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
+        out = {"steps": fit_result.step, "best_metric": fit_result.best_metric, "best_epoch": fit_result.best_epoch,
+               "stopped_early": fit_result.stopped_early,
+               "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
+        if tuning is not None:
+            out.update(tuning=tuning, refit=True, history=fit_result.history)
+        return out
+
+    def _holdout(self) -> Optional[dict]:
+        """The prepare stage's automatic validation holdout (``train.validation_fraction``), when it made one."""
+        return (self.stages.summary("prepare") or {}).get("tuning")
+
+    def _tune(self) -> Optional[dict]:
+        """With an automatic holdout: trains on the training data minus the holdout, early-stopping on it, and records
+        the curve and the best epoch (``checkpoints/tuning/record.json``: a rerun does not tune again). The final
+        model then refits on all training data for that many epochs (``train.refit``), or is this one."""
+        if self._holdout() is None:
+            return None
+        record = self.paths.checkpoints / "tuning" / "record.json"
+        if record.exists():
+            return artifacts.read_json(record)
+        model, result = self._fit("tuning")
+        tuned = {"best_epoch": result.best_epoch, "best_metric": result.best_metric, "steps": result.step,
+                 "stopped_early": result.stopped_early, "history": result.history}
+        logging.info("tuning on the automatic holdout: best %s %.4f at epoch %s", self.config.train.eval_metric_name,
+                     result.best_metric or float("nan"), result.best_epoch)
+        artifacts.write_json(record, tuned)
+        if not self.config.train.refit:
+            self._model = model
+        return tuned
 
     def _fit_two_tower(self):
-        """Builds the model and trains it (or restores the finished training from the last checkpoint)."""
+        """The final model: trained (refit on all training data after tuning on the holdout, or trained as
+        configured), or restored from the finished training's last checkpoint."""
+        holdout = self._tune()
+        if holdout is None:
+            return self._fit("final")
+        if not self.config.train.refit:
+            return self._fit("tuning")
+        return self._fit("refit", epochs=holdout["best_epoch"] or self.config.train.epochs)
+
+    def _fit(self, phase: str, epochs: Optional[int] = None):
+        """Builds the model and trains it: ``final`` (the configured run), ``tuning`` (the training data minus the
+        automatic holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all training data for
+        ``epochs`` epochs, no early stopping)."""
         from retrieval import distributed, training
         from retrieval.models import build_model
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
         sets = self._is_set_data()
+        tuning = phase == "tuning"
         examples = prepare.load_examples(self.paths, not self._streamed(), c.model.max_history, c.data.history_keep,
-                                         c.data.shuffle_buffer)
-        logging.info("%d %s examples (%s)", len(examples), "set" if sets else "next-item",
+                                         c.data.shuffle_buffer, tuning=tuning)
+        logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if sets else "next-item",
                      "streamed from shards" if self._streamed() else "in memory")
+        train_config = c.train
+        if phase == "refit":
+            train_config = ml_collections.ConfigDict(c.train.to_dict())
+            train_config.epochs, train_config.early_stopping_patience = int(epochs), 0
+        checkpoints = self.paths.checkpoints / "tuning" if tuning else self.paths.checkpoints
         strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
                                              ps_min_shard_bytes=c.train.ps_min_shard_bytes)
         with strategy.scope():
@@ -221,13 +271,15 @@ class TrainingJob:
                                 inference_history=c.model.inference_history if sets else None,
                                 inference_part_size=_inference_part_size(c) if sets else 0)
         previous = self._warm_start_source()  # the run whose vocabularies the prepare stage kept stable
-        if previous is not None and not any(self.paths.checkpoints.glob("ckpt*")):
+        if previous is not None and not any(checkpoints.glob("ckpt*")):
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in
             warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
-        result = training.fit(model, examples, c.train, checkpoint_dir=self.paths.checkpoints,
-                              tensorboard_dir=self.paths.tensorboard,
-                              evaluate_fn=self._validation_fn(model, item_vocab, user_vocab))
-        self._model = model
+        evaluate_fn = None if phase == "refit" else self._validation_fn(model, item_vocab, user_vocab, tuning)
+        result = training.fit(model, examples, train_config, checkpoint_dir=checkpoints,
+                              tensorboard_dir=self.paths.tensorboard / "tuning" if tuning else self.paths.tensorboard,
+                              evaluate_fn=evaluate_fn)
+        if not tuning or not c.train.refit:
+            self._model = model
         return model, result
 
     def _is_set_data(self) -> bool:
@@ -236,21 +288,25 @@ class TrainingJob:
     def _streamed(self) -> bool:
         return bool(((self.stages.summary("prepare") or {}).get("examples") or {}).get("streamed"))
 
-    def _validation_fn(self, model, item_vocab: Vocabulary, user_vocab: Vocabulary):
+    def _validation_fn(self, model, item_vocab: Vocabulary, user_vocab: Vocabulary, tuning: bool = False):
         """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation
-        data or patience; on the user sample of ``eval.max_users`` when set (only those users' rows are read)."""
+        data or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the
+        user sample of ``eval.max_users`` when set (only those users' rows are read)."""
         from retrieval.evaluation import loading, runs
         from retrieval.evaluation.validation import recall_fn
 
         t, paths = self.config.train, self.paths
-        if t.early_stopping_patience <= 0 or not paths.validation_data.exists():
+        train_path, validation_path = paths.train_data, paths.validation_data
+        if tuning:
+            train_path, validation_path = prepare.tuning_data(paths, "train"), prepare.tuning_data(paths, "validation")
+        if t.early_stopping_patience <= 0 or not validation_path.exists():
             return None
-        sample = runs.user_sample(paths.validation_data, self.config.eval.max_users, self.config.seed)
+        sample = runs.user_sample(validation_path, self.config.eval.max_users, self.config.seed)
         if sample is None:
-            train, validation = pd.read_parquet(paths.train_data), pd.read_parquet(paths.validation_data)
+            train, validation = pd.read_parquet(train_path), pd.read_parquet(validation_path)
         else:
-            train = loading.read_users_interactions(paths.train_data, sample, "training data")
-            validation = loading.read_users_interactions(paths.validation_data, sample, "validation data")
+            train = loading.read_users_interactions(train_path, sample, "training data")
+            validation = loading.read_users_interactions(validation_path, sample, "validation data")
         if validation.empty:
             return None
         return recall_fn(model, train, validation, item_vocab, user_vocab, k=t.eval_k)

@@ -128,6 +128,8 @@ RULES: dict[str, Rule] = {
     "train.log_every_steps": integer(1),
     "train.eval_every_epochs": integer(1),
     "train.early_stopping_patience": integer(0),
+    "train.validation_fraction": number(0, 0.5, high_open=False),
+    "train.refit": flag(),
     "train.eval_metric_name": text(nonempty=True),
     "train.eval_k": integer(1),
     "data.history_keep": number(0, 1, low_open=True),
