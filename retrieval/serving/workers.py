@@ -119,11 +119,12 @@ class _Supervisor:
         process.start()
         return process
 
-    def start(self) -> None:
-        """Starts every worker and waits until each has loaded the run; the first error stops them all."""
+    def start(self, stop: threading.Event) -> None:
+        """Starts every worker and waits until each has loaded the run (or ``stop`` is set); the first error stops
+        them all."""
         self.processes = [self.spawn() for _ in range(self.workers)]
         waiting, deadline = {p.pid for p in self.processes}, time.monotonic() + STARTUP_TIMEOUT_S
-        while waiting:
+        while waiting and not stop.is_set():
             try:
                 kind, pid, message = self.ready.get(timeout=1.0)
             except queue.Empty:
@@ -139,7 +140,7 @@ class _Supervisor:
             waiting.discard(pid)
             logging.info("worker %d serving version %s", pid, message)
 
-    def watch(self, stop) -> None:
+    def watch(self, stop: threading.Event) -> None:
         """Restarts workers that exit (after ``RESTART_DELAY_S``) until ``stop`` is set."""
         while not stop.wait(1.0):
             for i, process in enumerate(self.processes):
@@ -209,7 +210,7 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
         os.environ[MULTIPROC_ENV] = metrics_dir
         supervisor = _Supervisor(dataclasses.replace(settings, port=port), sock, workers)
         try:
-            supervisor.start()
+            supervisor.start(stop)
             logging.info("serving %s with %d workers on http://%s:%d", settings.run_dir, workers, settings.host, port)
             supervisor.watch(stop)
         finally:
