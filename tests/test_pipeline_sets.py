@@ -38,7 +38,7 @@ def _config(path: Path, **extra):
         "model.max_history": 20, "model.temperature": 0.1, "model.objective.log_q": "static",
         "train.batch_size": 256, "train.warmup_steps": 5, "train.learning_rate": 0.01, "train.epochs": 15,
         "train.log_every_steps": 1000, "eval.ks": (20,), "eval.bootstrap": 0, "eval.baselines": ("most_popular",),
-        "index.recall_k": 20, "gate.floors": "recall@20=0.0", **extra})
+        "index.recall_k": 20, "gate.floors": "recall@20=0.0", "train.validation_fraction": 0.0, **extra})
 
 
 @pytest.fixture(scope="module")
