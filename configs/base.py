@@ -7,6 +7,8 @@ The model-specific files (`two_tower.py`, `youtube_dnn.py`, `item2vec.py`) start
 
 import ml_collections
 
+from retrieval.data.config import default_data_config
+
 
 def override(config: ml_collections.ConfigDict, settings: dict) -> ml_collections.ConfigDict:
     """Sets dotted keys, as on the command line: ``override(config, {"train.epochs": 2})``."""
@@ -44,71 +46,8 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     # Seed of every random choice (split, sampling, initialisation, shuffling); recorded in the run's manifest.
     config.seed = 42
 
-    config.data = ml_collections.ConfigDict()
-    # Interaction log (or the training file when the split is "files").
-    config.data.train_path = "data/interactions.csv"
-    # Held-out test file, used when split == "files"; also accepted with other splits (then it replaces the split's
-    # test part).
-    config.data.test_path = ""
-    # Optional validation file for split == "files" (early stopping); empty: none.
-    config.data.validation_path = ""
-    # File format: csv | tsv | parquet | movielens (ratings.dat or u.data) | user_items (`user item item ...` per
-    # line) | auto (guessed from the file name, logged).
-    config.data.format = "auto"
-    # Order of each user's interactions: "time" (a sequence: timestamps, else file order; next-item examples),
-    # "none" (a set, e.g. a random-holdout benchmark split: every training pair is a target, its history a random
-    # subset of the user's other items) or "auto" (time with a timestamp column; for user_items files, none when
-    # the lines are sorted by item id). The decision and its evidence are logged and written to the manifest.
-    # Splits that need time (leave_last_n, temporal) refuse set data.
-    config.data.order = "auto"
-    # Set data only: share of each sampled history the user tower sees in training (the rest dropped at random,
-    # redrawn every epoch): a denoising regulariser like Mult-DAE's dropout; 1.0: the whole sampled history.
-    config.data.history_keep = 1.0
-    # Column names in the input files (csv, tsv, parquet). timestamp_column may be empty when there is none.
-    config.data.user_column = "user_id"
-    config.data.item_column = "item_id"
-    config.data.timestamp_column = "timestamp"
-    # Optional item feature table (csv/tsv/parquet) keyed by item_column; empty: ID-only item tower.
-    config.data.item_features_path = ""
-    # Item feature columns to use and their kinds: "name:categorical", "name:multi" (`|`-separated values) or
-    # "name:numeric", comma separated, e.g. "genres:multi,price:numeric".
-    config.data.item_features = ""
-    # Optional user feature table keyed by user_column, and its columns (same syntax as item_features).
-    config.data.user_features_path = ""
-    config.data.user_features = ""
-    # How to split: leave_last_n (per user, by timestamp; the YoutubeDNN next-item protocol) | temporal (global
-    # cut-off) | random (per-user random holdout) | files (explicit train/test files).
-    config.data.split = "leave_last_n"
-    # leave_last_n: items per user held out for test (and as many for validation when validation is true).
-    config.data.holdout_n = 1
-    # Also hold out a validation part (the items before the test ones), written to data/validation.parquet; with
-    # train.early_stopping_patience > 0, training stops on its full-corpus recall (see train.eval_*).
-    config.data.validation = False
-    # temporal: interactions at or after this quantile of timestamps are test.
-    config.data.temporal_quantile = 0.9
-    # random: fraction of each user's interactions held out for test.
-    config.data.holdout_fraction = 0.2
-    # Test interactions whose user or item is unknown to training: "keep" (the evaluation counts unknown items and
-    # reports cold-start users separately), "drop" (removed; the count is in the prepare stage's summary) or "fail".
-    config.data.unknown_policy = "keep"
-    # Items seen fewer times than this in training are out of vocabulary.
-    config.data.min_item_count = 1
-    # One prepare (retrieval/data/prepare.py) at any size: "off" runs its tasks on one partition in memory, "on" on
-    # num_shards partitions by hash(user) (peak memory follows one partition, not the log), "auto" turns it on for a
-    # log of at least streaming_min_mb. Every format, split and order; the same data either way. Streamed training
-    # reads the example shards from disk. Pair it with eval.max_users so evaluation reads a user sample.
-    config.data.streaming = "auto"
-    config.data.streaming_min_mb = 512
-    config.data.num_shards = 16
-    # Streamed training: examples' worth of the tf.data shuffle buffer (over blocks of 256 examples).
-    config.data.shuffle_buffer = 65536
-    # Where the streamed prepare's tasks run: "embedded" (this process) or "dask" (the dask.distributed scheduler at
-    # engine_address, e.g. "tcp://10.0.0.5:8786"; empty: a LocalCluster of engine_workers processes on 127.0.0.1).
-    config.data.engine = "embedded"
-    config.data.engine_address = ""
-    config.data.engine_workers = 2
-    # Seconds to wait for the Dask scheduler at engine_address before failing with exit 2.
-    config.data.engine_timeout_s = 30.0
+    # What to read, how to split it, how the prepare stage runs: retrieval/data/config.py.
+    config.data = default_data_config()
 
     config.eval = ml_collections.ConfigDict()
     # Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking.
