@@ -1,4 +1,4 @@
-"""Export of a trained model for evaluation and serving, and the readers those consumers use (contracts.md, "Export").
+"""Export of a trained model for evaluation and serving, and the readers those consumers use (the export contract below).
 
 * ``<run>/user_tower/``: a SavedModel whose ``serving_default(user_id: string [B], history: string [B, H])`` returns
   ``{"embedding": float32 [B, d]}``. Original ids go in: the vocabularies are ``StaticHashTable``s inside the model

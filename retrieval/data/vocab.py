@@ -1,4 +1,4 @@
-"""String id <-> contiguous index mapping with occurrence counts (the contract in contracts.md, "Ids and indices").
+"""String id <-> contiguous index mapping with occurrence counts (the ids-and-indices contract every layer relies on).
 
 Index 0 is padding (``<pad>``), 1 is out-of-vocabulary (``<oov>``), known ids start at 2, ordered by decreasing count
 (ties by id) so that frequent ids get small indices: the log-uniform (Zipfian) candidate sampler of

@@ -2,7 +2,7 @@
 
 The FAISS index (an ``IndexIDMap2``) returns vocabulary indices, not row numbers: item ``i`` of
 ``item_embeddings.parquet`` is vocabulary index ``i + 2`` (0 = padding and 1 = out-of-vocabulary are never in the
-index, contracts.md "Ids and indices"). This map turns those indices back into the original string ids at the
+index, see ``retrieval.data.vocab``). This map turns those indices back into the original string ids at the
 boundary, and original ids (history, exclusions) into indices, both vectorized. It is saved beside the index as
 ``ids.parquet`` (columns ``index`` int64, ``item_id`` string).
 

@@ -131,7 +131,7 @@ def build_index(vectors: np.ndarray | VectorSource, item_ids: Sequence[str] | Id
     ``vectors``: an array, or a ``VectorSource`` (e.g. ``ParquetVectors`` over the run's item-embedding file(s)),
     which is read in chunks: training on a sample, adding and the self-check's exact search each take one pass, and
     memory holds the index plus a chunk. ``indices`` are the FAISS ids (default: vocabulary indices 2..N+1,
-    contracts.md). ``item_ids`` may also be an ``IdMap`` (then without ``indices``): a caller that needs the map
+    ``retrieval.data.vocab``). ``item_ids`` may also be an ``IdMap`` (then without ``indices``): a caller that needs the map
     before building (``run_index``: for the training histories) passes it, so that memory holds one map, not two.
     ``factory`` is a FAISS factory string or ``auto`` (``factory.auto_factory``). ``queries`` are user embeddings
     for the self-check (default: a sample of the item vectors). Unless ``search_params`` are given, nprobe/efSearch

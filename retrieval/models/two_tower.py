@@ -18,11 +18,10 @@ import tensorflow_recommenders as tfrs
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed
+from retrieval.data.vocab import NUM_RESERVED
 from retrieval.models.layers import interleaved_parts, masked_mean
 from retrieval.models.objectives import OutputTable
 from retrieval.models.towers import ItemTower, UserTower
-
-NUM_RESERVED = 2
 
 
 class TwoTowerModel(tfrs.Model):

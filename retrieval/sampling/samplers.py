@@ -12,7 +12,7 @@ approximation of the inclusion probability that treats ``n`` as fixed. For very 
 tests, an item reported at 0.99 was included in 86% of draws), but it is what ``tf.nn.sampled_softmax_loss``
 subtracts. Use ``unique=False`` where the exact expected count matters (it is the textbook importance sampler).
 
-Reserved indices: the vocabulary reserves index 0 (``<pad>``) and 1 (``<oov>``) (contracts.md). They are never
+Reserved indices: the vocabulary reserves index 0 (``<pad>``) and 1 (``<oov>``) (``retrieval.data.vocab``). They are never
 sampled: every kind samples from ``[0, range_max - 2)`` and shifts the result by 2, so ``range_max`` is the size of
 the whole vocabulary and ``unigrams`` is aligned to it (its first two entries are ignored). For ``log_uniform`` the
 most probable id is therefore index 2, which matches a vocabulary sorted by decreasing frequency.

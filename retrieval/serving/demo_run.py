@@ -1,4 +1,4 @@
-"""A small synthetic published run in the export contract (contracts.md), for serving tests and benchmarks.
+"""A small synthetic published run in the export contract (``retrieval.export``), for serving tests and benchmarks.
 
 Users belong to one of a few taste clusters and interact with popular items of their cluster, so candidates have a
 checkable right answer. The user tower is written here by hand, not by ``retrieval.export``, on purpose: it exercises
