@@ -25,7 +25,7 @@ def two_tower_config(name: str) -> ml_collections.ConfigDict:
     """``base_config`` plus the two-tower sections: ``config.model`` (retrieval/models/config.py) and
     ``config.train`` (retrieval/training.py, default_train_config), seeded from the top-level seed."""
     from retrieval.models.config import default_config as default_model_config
-    from retrieval.training import default_train_config
+    from retrieval.settings import default_train_config
 
     config = base_config(name)
     # Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".

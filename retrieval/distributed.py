@@ -22,8 +22,7 @@ import tensorflow as tf
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import parameter_server
 from retrieval.errors import InputError
-
-STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")
+from retrieval.settings import STRATEGIES
 
 
 def make_strategy(name: str, *, ps_shards: int = 0,

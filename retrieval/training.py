@@ -36,66 +36,7 @@ from retrieval.artifacts import PathLike
 from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
-
-OPTIMIZERS = ("adam", "adagrad")
-JIT_COMPILE = ("auto", "on", "off")
-SCHEDULES = ("constant", "cosine")
-
-
-def default_train_config() -> ml_collections.ConfigDict:
-    """Returns the documented default training configuration (the ``config.train`` section)."""
-    config = ml_collections.ConfigDict()
-    # Passes over the training examples; training runs exactly epochs * ceil(examples / batch_size) steps.
-    # (Validation recall plateaus after 4-8 epochs on the bundled data and MovieLens-1M.)
-    config.epochs = 8
-    # Global batch size (split across replicas). In-batch negatives: larger batches give more negatives.
-    config.batch_size = 1024
-    # Optimizer: "adam" or "adagrad", its peak learning rate and decoupled weight decay (AdamW-style; 0: none;
-    # biases are exempt).
-    config.optimizer = "adam"
-    config.learning_rate = 0.003
-    config.weight_decay = 0.0
-    # Learning-rate schedule: "constant" or "cosine" (decay to min_learning_rate_ratio * learning_rate at the last
-    # step), after warmup_steps of linear warmup from 0 (both schedules).
-    config.schedule = "cosine"
-    config.warmup_steps = 100
-    config.min_learning_rate_ratio = 0.0
-    # Save a checkpoint every this many steps (and always at the end); keep this many.
-    config.checkpoint_every_steps = 1000
-    config.keep_checkpoints = 3
-    # Log loss and examples/s through absl (and to TensorBoard) every this many steps.
-    config.log_every_steps = 100
-    # Early stopping on the validation metric returned by evaluate_fn (higher is better), run every
-    # eval_every_epochs epochs; stop after `patience` evaluations without improvement and restore the best weights.
-    # 0: never stop early.
-    config.eval_every_epochs = 1
-    config.early_stopping_patience = 0
-    # With early stopping and no validation data given (data.validation_path, data.validation), the run holds out
-    # this share of each user's training items itself (sets: at random; sequences: the last item), early-stops on
-    # it, and then, with refit, trains the final model on all training data for the best epoch count (the test data
-    # is not used for either). 0: no automatic holdout (early stopping then needs validation data).
-    config.validation_fraction = 0.1
-    config.refit = True
-    # Name under which the validation metric is logged (Keras logs, TensorBoard).
-    config.eval_metric_name = "val_recall"
-    # Cut-off of the validation recall the pipeline computes for early stopping (validation data required:
-    # data.validation_path with split "files", or data.validation with leave_last_n).
-    config.eval_k = 20
-    # Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG), or
-    # "parameter_server" (TF_CONFIG with ps tasks: tables too large for a worker, split across the ps tasks).
-    config.strategy = "default"
-    # parameter_server: shards per large table (0: one per ps task); a table (or dense kernel) of S bytes gets
-    # min(ps_shards, ceil(S / ps_min_shard_bytes)) shards, so tables up to ps_min_shard_bytes stay whole
-    # (tf.distribute.experimental.partitioners.MinSizePartitioner).
-    config.ps_shards = 0
-    config.ps_min_shard_bytes = 256 << 10
-    # Seed of the shuffling (the pipelines set it from the top-level `seed`).
-    config.seed = 42
-    # XLA-compile the training step: "auto" (on when the objective samples no negatives (in-batch without extra
-    # negatives, full softmax) and training runs on one replica), "on" or "off". XLA fuses the step and sums the
-    # embedding gradients densely: 2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py).
-    config.jit_compile = "auto"
-    return config
+from retrieval.settings import JIT_COMPILE, OPTIMIZERS, SCHEDULES, default_train_config  # noqa: F401
 
 
 @dataclasses.dataclass

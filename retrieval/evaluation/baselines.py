@@ -33,8 +33,9 @@ from absl import logging
 
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation.ranking import Scorer
+from retrieval.settings import BASELINES
 
-NAMES = ("most_popular", "random", "item_knn", "ease")
+NAMES = BASELINES
 EASE_LAMBDA = 500.0
 # 20k items: three float32 [V, V] matrices of 1.6 GB and an inversion of about a minute on 2 cores.
 EASE_MAX_ITEMS = 20_000

@@ -30,9 +30,8 @@ from retrieval.evaluation import baselines as baselines_lib
 from retrieval.evaluation import bootstrap, ranking
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import metrics as metrics_lib
+from retrieval.settings import CI_METRICS, DEFAULT_KS
 
-DEFAULT_KS = (10, 20, 50, 100)
-CI_METRICS = ("recall", "ndcg")
 _PAIRED_KEYS = {"diff": "diff", "ci_low": "diff_ci_low", "ci_high": "diff_ci_high", "p_value": "p_value"}
 
 

@@ -19,7 +19,6 @@ processes off one run directory, and the publish lock serialises gate + publish 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import shutil
 from typing import Optional
 
@@ -37,10 +36,10 @@ from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.pipeline import gate, identity, provenance
 from retrieval.pipeline import warm_start as warm_start_lib
+from retrieval.pipeline.locations import new_run_id
 from retrieval.pipeline.publish import ModelDirectory
 from retrieval.pipeline.stages import StageRunner
-
-MODEL_TYPES = ("two_tower", "item2vec")
+from retrieval.settings import MODEL_TYPES
 
 
 @dataclasses.dataclass
@@ -51,10 +50,6 @@ class Outcome:
     published: bool
     metrics: dict
     reasons: list
-
-
-def new_run_id() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
 
 
 def _kinds(text: str, field: str) -> dict:

@@ -7,6 +7,7 @@ flag and what is allowed, never after a full training run. TensorFlow-free, so `
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,11 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NAME_RULE = "1-128 characters among letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
 RESERVED_NAMES = ("latest",)  # the published-run link of a model directory
 RUN_MARKERS = ("config.json", "manifest.json")  # a directory holding both is a run directory
+
+
+def new_run_id() -> str:
+    """The default run id: the UTC time, ``YYYYmmddTHHMMSS``."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
 
 
 def check_name(name: object, field: str) -> None:

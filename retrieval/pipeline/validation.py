@@ -17,17 +17,15 @@ from typing import Any, Callable, Iterator, Mapping
 
 import ml_collections
 
+from retrieval import settings
 from retrieval.data import engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
-from retrieval.distributed import STRATEGIES
 from retrieval.errors import InputError
-from retrieval.evaluation import baselines, evaluator, metrics
+from retrieval.evaluation import metrics
 from retrieval.models import config as model_config
 from retrieval.models.item2vec import VECTORS
 from retrieval.pipeline import gate, identity, locations
-from retrieval.pipeline.job import MODEL_TYPES
 from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
-from retrieval.training import JIT_COMPILE, OPTIMIZERS, SCHEDULES
 
 SEED = integer(0, 2**31 - 1)
 DIM = integer(1)
@@ -40,7 +38,7 @@ FLOORS_SPEC = text(pattern=r"(\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)(,\s*[^\s=,]+\s*=\s*
 RULES: dict[str, Rule] = {
     "name": text(pattern=locations.NAME_PATTERN.pattern, pattern_doc=locations.NAME_RULE),
     "seed": SEED,
-    "model_type": one_of(MODEL_TYPES),
+    "model_type": one_of(settings.MODEL_TYPES),
     # data (configs/base.py)
     "data.train_path": text(nonempty=True),
     "data.test_path": text(),
@@ -73,7 +71,7 @@ RULES: dict[str, Rule] = {
     # eval, index, gate, publish (configs/base.py)
     "eval.ks": integers(1, nonempty=True),
     "eval.exclude_train": flag(),
-    "eval.baselines": names(baselines.NAMES),
+    "eval.baselines": names(settings.BASELINES),
     "eval.bootstrap": integer(0),
     "eval.ease_lambda": number(0, low_open=True),
     "eval.max_users": integer(0),
@@ -117,10 +115,10 @@ RULES: dict[str, Rule] = {
     # train (retrieval/training.py, default_train_config)
     "train.epochs": integer(1),
     "train.batch_size": integer(1),
-    "train.optimizer": one_of(OPTIMIZERS),
+    "train.optimizer": one_of(settings.OPTIMIZERS),
     "train.learning_rate": number(0),  # 0 is allowed: a warm start copied without training
     "train.weight_decay": number(0),
-    "train.schedule": one_of(SCHEDULES),
+    "train.schedule": one_of(settings.SCHEDULES),
     "train.warmup_steps": integer(0),
     "train.min_learning_rate_ratio": number(0, 1),
     "train.checkpoint_every_steps": integer(1),
@@ -133,11 +131,11 @@ RULES: dict[str, Rule] = {
     "train.eval_metric_name": text(nonempty=True),
     "train.eval_k": integer(1),
     "data.history_keep": number(0, 1, low_open=True),
-    "train.strategy": one_of(STRATEGIES),
+    "train.strategy": one_of(settings.STRATEGIES),
     "train.ps_shards": integer(0),
     "train.ps_min_shard_bytes": integer(1),
     "train.seed": SEED,
-    "train.jit_compile": one_of(JIT_COMPILE),
+    "train.jit_compile": one_of(settings.JIT_COMPILE),
     # item2vec (retrieval/models/item2vec.py, default_item2vec_config)
     "item2vec.dim": DIM,
     "item2vec.window": integer(1),
@@ -176,14 +174,14 @@ def evaluation_metrics(ks, bootstrap: int) -> set[str]:
     per_k = (*metrics.ACCURACY_METRICS, *metrics.POPULARITY_METRICS, "coverage")
     reported = {f"{name}@{k}" for name in per_k for k in ks}
     if bootstrap:
-        reported |= {f"{name}@{k}_ci_{side}" for name in evaluator.CI_METRICS for k in ks for side in ("low", "high")}
+        reported |= {f"{name}@{k}_ci_{side}" for name in settings.CI_METRICS for k in ks for side in ("low", "high")}
     return reported
 
 
 def _gate_metrics(c: Mapping[str, Any]) -> Iterator[Problem]:
     if "gate.floors" not in c and "gate.compare" not in c:
         return
-    ks, bootstrap = c.get("eval.ks", evaluator.DEFAULT_KS), c.get("eval.bootstrap", 0)
+    ks, bootstrap = c.get("eval.ks", settings.DEFAULT_KS), c.get("eval.bootstrap", 0)
     known = evaluation_metrics(ks, bootstrap)
     expected = (f"expected <metric>@<k> with metric among {', '.join(metrics.ACCURACY_METRICS)}, "
                 f"{', '.join(metrics.POPULARITY_METRICS)}, coverage and k among eval.ks {tuple(ks)}"
@@ -208,7 +206,7 @@ def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
     if c.get("gate.min_lift_over_popular", gate.OFF) <= gate.OFF:
         return
     off = "or turn the check off with gate.min_lift_over_popular=-1"
-    if gate.POPULAR not in c.get("eval.baselines", baselines.NAMES):
+    if gate.POPULAR not in c.get("eval.baselines", settings.BASELINES):
         yield "eval.baselines", f"gate.min_lift_over_popular needs the {gate.POPULAR!r} baseline: add it, {off}"
     if not c.get("gate.compare"):
         yield "gate.compare", f"gate.min_lift_over_popular compares its first metric with most-popular: name one, {off}"
