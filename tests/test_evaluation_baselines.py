@@ -1,5 +1,8 @@
 """Baselines: ItemKNN against a dense cosine reference, popularity and random through the shared ranking path."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -70,7 +73,21 @@ def test_ease_matches_closed_form(incidence):
     np.testing.assert_allclose(ease(rows), dense[rows] @ reference, rtol=1e-4, atol=1e-5)
 
 
-def test_ease_is_skipped_above_its_size_limit(incidence, monkeypatch):
-    dense, train = incidence
-    monkeypatch.setattr(baselines, "EASE_MAX_ITEMS", dense.shape[1] - 1)
-    assert baselines.make("ease", train, dense.shape[1], dense.sum(axis=0)) is None
+def test_ease_memory_estimate_bounds_its_peak():
+    """The estimate that the budget compares is an upper bound of what fitting EASE^R takes (measured in a fresh
+    process: the peak RSS of the fit, over the process's peak before it)."""
+    script = ("import numpy as np; from retrieval.evaluation import baselines, csr; from retrieval.memory import "
+              "peak_rss_mb; rng = np.random.default_rng(0); x = csr.from_pairs(rng.integers(0, 500, 20000), "
+              "rng.integers(2, 3000, 20000), 500); before = peak_rss_mb(); baselines.Ease(x, 3000); "
+              "print(peak_rss_mb() - before)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    measured = float(out.stdout.split()[-1])
+    estimate = baselines.ease_memory_mb(500, 3000)
+    assert measured <= estimate < 3 * measured + 20
+
+
+def test_skip_reason_names_the_budget():
+    assert baselines.skip_reason("ease", 1000, 1000, 100) is None
+    reason = baselines.skip_reason("ease", 1000, 30_000, 4096)
+    assert "30000 items need about 7095 MB" in reason and "eval.baseline_memory_mb = 4096" in reason
+    assert baselines.skip_reason("item_knn", 1000, 30_000, 1) is None

@@ -15,7 +15,9 @@ indices, so exclusion of training items, padding/OOV handling, top-k and metrics
   item-item linear model ``B = I - P diag(1 / diag(P))`` with ``P = (X^T X + lambda I)^-1`` (zero diagonal), and
   ``score(u, .) = X[u] B``. One hyper-parameter, the L2 weight ``lambda`` (:data:`EASE_LAMBDA` = 500, the paper's
   value for MovieLens-20M; it measures recall@20 0.282 on ``set-splits/ml-1m``). It needs the dense item x item Gram
-  matrix, so :func:`make` skips it (``None``, with the reason logged) above :data:`EASE_MAX_ITEMS` items.
+  matrix and its inverse: :func:`ease_memory_mb` estimates the peak, and :func:`skip_reason` says why it does not
+  fit a memory budget (``eval.baseline_memory_mb``), so that the evaluator skips it rather than let it dominate the
+  run's memory (it drove a 15k-item evaluation to 9 GB before it was built in place).
 
 ItemKNN never builds the dense item x item matrix (41k items would need 6.7 GB): co-occurrences are counted from
 (item, co-item) pairs of each user's training items, in item blocks holding at most ``max_pairs`` pairs (cost
@@ -28,8 +30,9 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import scipy.linalg
+import scipy.linalg.blas
 import tensorflow as tf
-from absl import logging
 
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation.ranking import Scorer
@@ -37,8 +40,9 @@ from retrieval.settings import BASELINES
 
 NAMES = BASELINES
 EASE_LAMBDA = 500.0
-# 20k items: three float32 [V, V] matrices of 1.6 GB and an inversion of about a minute on 2 cores.
-EASE_MAX_ITEMS = 20_000
+EASE_BLOCK_USERS = 4096
+# Default of eval.baseline_memory_mb: EASE^R up to about 20k items (the inversion takes about a minute on 2 cores).
+BASELINE_MEMORY_MB = 4096
 
 
 def most_popular(popularity: np.ndarray) -> Scorer:
@@ -113,19 +117,24 @@ class ItemKNN:
 class Ease:
     """EASE^R scorer (see the module docstring); the Gram matrix is accumulated over dense blocks of users."""
 
-    def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA, block_users: int = 4096):
+    def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA,
+                 block_users: int = EASE_BLOCK_USERS):
         if l2 <= 0:
             raise ValueError(f"EASE's lambda must be positive, got {l2}")
         self.train, self.n_items = train, n_items
-        gram = np.zeros((n_items, n_items), np.float32)
+        # One V x V float32 buffer from Gram matrix to weights (:data:`EASE_MATRICES`): BLAS accumulates each block's
+        # X^T X into it (Fortran order, so sgemm and LAPACK work in place), LAPACK inverts it in place (np.linalg.inv
+        # held about five more V x V matrices at its peak), and the weights overwrite the inverse.
+        gram = np.zeros((n_items, n_items), np.float32, order="F")
         for start in range(0, train.n_rows, block_users):
             block = self._dense(np.arange(start, min(start + block_users, train.n_rows)))
-            gram += block.T @ block
+            gram = scipy.linalg.blas.sgemm(1.0, block, block, beta=1.0, c=gram, trans_a=True, overwrite_c=True)
         gram[np.diag_indices(n_items)] += l2
-        precision = np.linalg.inv(gram)
+        precision = scipy.linalg.inv(gram, overwrite_a=True, check_finite=False)
         del gram
-        self.weights = precision / -np.diag(precision)[None, :]
-        self.weights[np.diag_indices(n_items)] = 0.0
+        precision /= -np.diag(precision)[None, :]
+        precision[np.diag_indices(n_items)] = 0.0
+        self.weights = precision
 
     def _dense(self, rows: np.ndarray) -> np.ndarray:
         local, items = _expand(self.train, rows, np.arange(len(rows)))
@@ -137,9 +146,28 @@ class Ease:
         return self._dense(np.asarray(rows, dtype=np.int64)) @ self.weights
 
 
+def ease_memory_mb(n_users: int, n_items: int, block_users: int = EASE_BLOCK_USERS) -> float:
+    """Peak memory of fitting :class:`Ease` in MiB: the V x V float32 buffer (Gram matrix, inverse, weights) and
+    LAPACK's copy while inverting, plus a dense user block and its copy for BLAS. An upper bound of what it measured
+    (283 MiB for 6,000 items and 2,000 users, against 290 estimated)."""
+    return 4 * (2 * n_items * n_items + 2 * min(block_users, max(n_users, 1)) * n_items) / (1 << 20)
+
+
+def skip_reason(name: str, n_users: int, n_items: int, memory_budget_mb: float) -> Optional[str]:
+    """Why baseline ``name`` does not fit ``memory_budget_mb`` for this catalogue (None: it fits). Only EASE^R's
+    memory grows with the square of the catalogue; the other baselines stay within the evaluation's own."""
+    if name != "ease":
+        return None
+    needed = ease_memory_mb(n_users, n_items)
+    if needed <= memory_budget_mb:
+        return None
+    return (f"{n_items} items need about {needed:.0f} MB for the dense item x item matrix and its inverse, over "
+            f"eval.baseline_memory_mb = {memory_budget_mb:g}")
+
+
 def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, seed: int = 0,
-         ease_lambda: float = EASE_LAMBDA) -> Optional[Scorer]:
-    """The scorer of baseline ``name`` (one of :data:`NAMES`); None (logged) when it does not fit this catalogue."""
+         ease_lambda: float = EASE_LAMBDA) -> Scorer:
+    """The scorer of baseline ``name`` (one of :data:`NAMES`); see :func:`skip_reason` for the memory it needs."""
     if name == "most_popular":
         return most_popular(popularity)
     if name == "random":
@@ -147,9 +175,5 @@ def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, se
     if name == "item_knn":
         return ItemKNN(train, n_items)
     if name == "ease":
-        if n_items > EASE_MAX_ITEMS:
-            logging.warning("baseline ease skipped: %d items need a dense %d x %d Gram matrix (limit %d items)",
-                            n_items, n_items, n_items, EASE_MAX_ITEMS)
-            return None
         return Ease(train, n_items, ease_lambda)
     raise ValueError(f"unknown baseline {name!r}; known: {', '.join(NAMES)}")

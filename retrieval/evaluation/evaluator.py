@@ -20,6 +20,7 @@ training history form the headline group; those without (cold start) are reporte
 
 from __future__ import annotations
 
+import time
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -33,6 +34,37 @@ from retrieval.evaluation import metrics as metrics_lib
 from retrieval.settings import CI_METRICS, DEFAULT_KS
 
 _PAIRED_KEYS = {"diff": "diff", "ci_low": "diff_ci_low", "ci_high": "diff_ci_high", "p_value": "p_value"}
+PROGRESS_INTERVAL_S = 30.0
+
+
+class Progress:
+    """Counts the users ranked over every system and logs, at most every ``interval_s`` seconds, how many of the
+    ``total`` are done, the rate and the time left: a large evaluation (minutes, several systems) is otherwise
+    silent from its first line to its last."""
+
+    def __init__(self, total: int, interval_s: float = PROGRESS_INTERVAL_S, clock=time.monotonic):
+        self.total, self.interval_s, self._clock = total, interval_s, clock
+        self.done = 0
+        self._start = self._last = clock()
+
+    def counting(self, scorer: ranking.Scorer, tag: str) -> ranking.Scorer:
+        """``scorer``, counting the rows of every block it scores (a progress line when one is due)."""
+        def scored(rows: np.ndarray):
+            scores = scorer(rows)
+            self.advance(len(rows), tag)
+            return scores
+        return scored
+
+    def advance(self, users: int, tag: str) -> None:
+        self.done += users
+        now = self._clock()
+        if now - self._last < self.interval_s:
+            return
+        self._last = now
+        rate = self.done / max(now - self._start, 1e-9)
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        logging.info("evaluation: %d of %d user rankings done (%.0f%%, now %s), %.0f users/s, about %.0f s left",
+                     self.done, self.total, 100.0 * self.done / max(self.total, 1), tag, rate, eta)
 
 
 def _rankable(train: csr_lib.Csr, test: csr_lib.Csr, exclude_train: bool) -> tuple[csr_lib.Csr, int]:
@@ -69,7 +101,9 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
              baselines: Sequence[str] = baselines_lib.NAMES, others: Optional[Mapping[str, ranking.Scorer]] = None,
              n_bootstrap: int = 1000, seed: int = 0, ann_index=None, ann_index_offset: int = 0,
              head_share: float = 0.8, max_block_bytes: int = 256 << 20,
-             ease_lambda: float = baselines_lib.EASE_LAMBDA) -> dict:
+             ease_lambda: float = baselines_lib.EASE_LAMBDA,
+             baseline_memory_mb: float = baselines_lib.BASELINE_MEMORY_MB,
+             progress_interval_s: float = PROGRESS_INTERVAL_S) -> dict:
     """Full-corpus evaluation of ``user_vectors @ item_vectors.T`` and the baselines; returns flat metrics.
 
     Args:
@@ -79,8 +113,9 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
       test: [U, V] relevant items per user.
       ks: cut-offs.
       popularity: [V] training interaction counts (default: users per item in ``train``).
-      baselines: names from ``baselines.NAMES``, computed in the same run (a baseline that does not fit the
-        catalogue, EASE^R above its size limit, is skipped and listed under ``protocol/skipped_baselines``).
+      baselines: names from ``baselines.NAMES``, computed in the same run (a baseline that does not fit
+        ``baseline_memory_mb``, EASE^R on a large catalogue, is skipped: logged, listed under
+        ``protocol/skipped_baselines`` and its reason under ``protocol/skipped/<name>``).
       others: more systems (scorers) reported under ``<name>/`` and compared with the model, e.g. another run.
       n_bootstrap: resamples for intervals and paired tests (0: none).
       ann_index: optional index with ``.search(queries, k)``; item index = its id + ``ann_index_offset`` (see
@@ -88,6 +123,8 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
       head_share: share of training interactions the popularity head holds (tail metrics).
       max_block_bytes: memory bound of one score block.
       ease_lambda: EASE^R's L2 weight.
+      baseline_memory_mb: memory a baseline may take (``baselines.skip_reason``).
+      progress_interval_s: seconds between progress lines (users ranked, rate, ETA) while ranking.
     """
     ks = sorted({int(k) for k in ks})
     n_users, n_items = len(user_vectors), len(item_vectors)
@@ -113,16 +150,23 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
     }
     exclude = train if exclude_train else None
     systems = [("", "model", ranking.dot_scorer(user_vectors, item_vectors))]
-    scorers = {name: baselines_lib.make(name, train, n_items, popularity, seed, ease_lambda) for name in baselines}
-    out["protocol/skipped_baselines"] = [name for name, scorer in scorers.items() if scorer is None]
-    systems += [(f"baseline/{name}/", name, scorer) for name, scorer in scorers.items() if scorer is not None]
+    skipped = {name: baselines_lib.skip_reason(name, n_users, n_items, baseline_memory_mb) for name in baselines}
+    skipped = {name: reason for name, reason in skipped.items() if reason is not None}
+    for name, reason in skipped.items():
+        logging.warning("baseline %s skipped: %s", name, reason)
+    out["protocol/skipped_baselines"] = list(skipped)
+    out.update({f"protocol/skipped/{name}": reason for name, reason in skipped.items()})
+    systems += [(f"baseline/{name}/", name, baselines_lib.make(name, train, n_items, popularity, seed, ease_lambda))
+                for name in baselines if name not in skipped]
     systems += [(f"{name}/", name, scorer) for name, scorer in (others or {}).items()]
+    progress = Progress(len(systems) * sum(len(rows) for rows in groups.values()), progress_interval_s)
     model = None
     for prefix, tag, scorer in systems:
         for group, rows in groups.items():
             if not len(rows):
                 continue
-            result = _Scoring(scorer, rows, relevant, exclude, ks, n_items, popularity, tail, max_block_bytes)
+            result = _Scoring(progress.counting(scorer, tag), rows, relevant, exclude, ks, n_items, popularity, tail,
+                              max_block_bytes)
             out.update(_prefixed(prefix + group, result.summary))
             if n_bootstrap:
                 for name, (low, high) in bootstrap.bootstrap_ci(_headline(result.per_user, ks), n_bootstrap,

@@ -67,6 +67,9 @@ def render_markdown(metrics: Mapping) -> str:
     lines += _table(["metric"] + [name for name, _ in systems], rows)
     lines += ["", f"Tail items: outside the most popular items holding {metrics['protocol/head_share']:.0%} of "
               f"training interactions ({metrics['count/tail_items']} of {metrics['count/items']} items).", ""]
+    lines += [f"Baseline {name} skipped: {metrics.get(f'protocol/skipped/{name}', 'not computed for this evaluation')}."
+              for name in metrics.get("protocol/skipped_baselines", [])]
+    lines += [""] if metrics.get("protocol/skipped_baselines") else []
     paired = [[other, f"{m}@{k}", _with_ci(metrics, f"paired/{other}/{m}@{k}_diff"),
                _number(metrics.get(f"paired/{other}/{m}@{k}_p_value"))]
               for other, _ in systems[1:] for m in ("recall", "ndcg") for k in ks

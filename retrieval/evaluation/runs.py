@@ -27,7 +27,8 @@ from retrieval.evaluation import baselines as baselines_lib
 from retrieval.evaluation import evaluator, loading, protocols, ranking, report
 
 DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
-            "ease_lambda": baselines_lib.EASE_LAMBDA, "max_users": 0}
+            "ease_lambda": baselines_lib.EASE_LAMBDA, "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
+            "max_users": 0}
 # Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
 WHOLE_MATRIX_BASELINES = ("item_knn", "ease")
 
@@ -144,7 +145,8 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
         n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index,
         ann_index_offset=ann_index_offset, head_share=head_share,
-        max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"])
+        max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"],
+        baseline_memory_mb=settings["baseline_memory_mb"])
     result.update(data.counts)
     if sample is not None:
         result["protocol/skipped_baselines"] += skipped

@@ -1,0 +1,62 @@
+"""Evaluation within a budget: EASE^R skipped (logged, recorded, reported) when it does not fit
+``baseline_memory_mb``, computed when it does; progress lines while ranking."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from retrieval.evaluation import baselines, csr, evaluator, report
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(5)
+    n_users, n_items, dim = 40, 25, 4
+    train = csr.from_pairs(rng.integers(0, n_users, 200), rng.integers(2, n_items, 200), n_users)
+    test = csr.from_pairs(np.arange(n_users), rng.integers(2, n_items, n_users), n_users)
+    return (rng.standard_normal((n_users, dim)).astype(np.float32),
+            rng.standard_normal((n_items, dim)).astype(np.float32), train, test)
+
+
+def _evaluate(data, **kwargs):
+    users, items, train, test = data
+    return evaluator.evaluate(users, items, train, test, ks=(5,), n_bootstrap=0,
+                              baselines=("most_popular", "ease"), **kwargs)
+
+
+def test_ease_over_the_budget_is_skipped_with_its_reason(data, caplog):
+    needed = baselines.ease_memory_mb(40, 25)
+    with caplog.at_level(logging.WARNING):
+        metrics = _evaluate(data, baseline_memory_mb=needed / 2)
+    assert metrics["protocol/skipped_baselines"] == ["ease"]
+    assert "eval.baseline_memory_mb" in metrics["protocol/skipped/ease"]
+    assert "baseline/ease/recall@5" not in metrics and "baseline/most_popular/recall@5" in metrics
+    assert any("baseline ease skipped" in record.getMessage() for record in caplog.records)
+    text = report.render_markdown(metrics)
+    assert "Baseline ease skipped: 25 items need about" in text
+
+
+def test_ease_within_the_budget_runs(data):
+    metrics = _evaluate(data, baseline_memory_mb=baselines.ease_memory_mb(40, 25))
+    assert metrics["protocol/skipped_baselines"] == [] and "baseline/ease/recall@5" in metrics
+
+
+def test_progress_lines_count_users_and_estimate_the_rest(data, caplog):
+    with caplog.at_level(logging.INFO):
+        metrics = _evaluate(data, progress_interval_s=0.0, max_block_bytes=4 * 25 * 16)  # blocks of 16 users
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluation: ")]
+    total = 3 * metrics["count/eval_users"]  # the model and two baselines, users with history (no cold start)
+    assert metrics["count/cold_start_users"] == 0
+    assert lines[0].startswith(f"evaluation: 16 of {total} user rankings done ({1600 / total:.0f}%, now model)")
+    assert lines[-1].startswith(f"evaluation: {total} of {total}") and "about 0 s left" in lines[-1]
+
+
+def test_progress_is_quiet_between_intervals():
+    ticks = iter([0.0, 1.0, 2.0, 31.0])
+    progress = evaluator.Progress(100, interval_s=30.0, clock=lambda: next(ticks))
+    progress.advance(10, "model")
+    progress.advance(10, "model")
+    assert progress.done == 20 and progress._last == 0.0
+    progress.advance(10, "model")
+    assert progress._last == 31.0
