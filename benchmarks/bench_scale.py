@@ -54,6 +54,7 @@ def _config(log: Path, rows: int, engine: str = "embedded", workers: int = 1):
         "data.train_path": str(log), "data.streaming": "on", "data.split": "leave_last_n", "data.holdout_n": 1,
         "data.num_shards": max(2, math.ceil(rows / ROWS_PER_SHARD)), "data.engine": engine,
         "data.engine_workers": workers, "data.max_examples_per_user": EXAMPLES_PER_USER, "train.epochs": 1,
+        "train.validation_fraction": 0.0,  # one fixed epoch: no automatic holdout and refit
         "train.log_every_steps": 200, "eval.max_users": EVAL_USERS, "eval.baselines": ("most_popular", "random"),
         "gate.floors": "", "gate.min_lift_over_popular": -1.0})
 
