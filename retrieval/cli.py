@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from retrieval import quiet
 from retrieval.errors import GateError, InputError
 
 EXIT_OK = 0
@@ -32,6 +33,7 @@ EXIT_FAILURE = 1
 EXIT_INPUT_ERROR = 2
 EXIT_GATE_REFUSED = 3
 EXIT_LOCKED = 4
+_HELP = re.compile(r"-{1,2}(help|helpshort|helpfull|helpxml|\?)|-h")
 
 
 class LockedError(RuntimeError):
@@ -78,7 +80,8 @@ def _with_default_configs(argv: Sequence[str]) -> list[str]:
 
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
-    """absl flag parsing where every command-line mistake exits 2 with one line (see the module docstring)."""
+    """absl flag parsing where every command-line mistake exits 2 with one line (see the module docstring);
+    ``--help`` exits 0; ``--verbosity=1`` or more also shows TensorFlow's start-up lines (``retrieval.quiet``)."""
     try:
         remaining = flags.FLAGS(_with_default_configs(argv))
         for name in _CONFIG_DEFAULTS:
@@ -89,6 +92,10 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
         _exit_input_error(_override_error(e, argv))
     except OSError as e:
         _exit_input_error(f"cannot load the config file: {str(e).strip().splitlines()[-1].strip()}")
+    except SystemExit as e:  # absl's --help prints the usage and exits 1; asking for help is no failure
+        sys.exit(EXIT_OK if e.code == 1 and any(_HELP.fullmatch(arg) for arg in argv[1:]) else e.code)
+    if flags.FLAGS["verbosity"].value >= 1:
+        quiet.verbose()
     return remaining
 
 

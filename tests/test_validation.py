@@ -16,7 +16,7 @@ from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import evaluator
 from retrieval.pipeline import locations, validation
-from retrieval.pipeline.rules import Rule
+from retrieval.pipeline.rules import MAX_ITEMS, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("two_tower", "youtube_dnn", "item2vec")
@@ -63,11 +63,12 @@ def bad_values(rule: Rule) -> list:
         values += [""] if rule.nonempty else []
     elif rule.kind == "ints":
         values += [(0,) if rule.low == 1 else (rule.low - 1,)] if rule.low is not None else []
+        values += [(rule.high + 1,)] if rule.high is not None else []
         values += [()] if rule.nonempty else []
-        values.append((1.5,))
+        values += [(1.5,), (1,) * (MAX_ITEMS + 1)]
     elif rule.kind == "strs":
         values += [("bogus",)] if rule.choices else []
-        values.append((1,))
+        values += [(1,), (rule.choices or ("x",))[:1] * (MAX_ITEMS + 1)]
     return values
 
 
@@ -100,6 +101,51 @@ def test_every_key_rejects_bad_values_naming_the_key(name, key):
         assert "\n" not in str(caught.value)
 
 
+def test_every_number_has_an_upper_bound():
+    """A value that runs away (10^9 examples per batch, 10^6 epochs) is refused before any work, whatever the key."""
+    unbounded = [key for key, rule in validation.RULES.items() if rule.kind in ("int", "float", "ints")
+                 and rule.high is None]
+    assert not unbounded, f"give these keys an upper bound in retrieval/pipeline/validation.py RULES: {unbounded}"
+
+
+@pytest.mark.parametrize("key,value", [("model.embedding_dim", 10**6), ("model.max_history", 10**7),
+                                       ("train.epochs", 10**6), ("train.batch_size", 10**9),
+                                       ("data.num_shards", 10**7), ("eval.bootstrap", 10**8),
+                                       ("data.engine_workers", 10**5), ("eval.ks", (10, 10**9))])
+def test_runaway_values_of_the_reported_keys_are_refused(key, value):
+    with pytest.raises(InputError, match=rf"config\.{key}\b.*must be .*(in \[|<=)"):
+        validation.validate_config(with_value(shipped("two_tower"), key, value))
+
+
+def test_settings_whose_memory_exceeds_the_machine_are_refused(monkeypatch):
+    config = shipped("two_tower")
+    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 64 << 30)
+    validation.validate_config(with_value(config, "train.batch_size", 65536))  # 17.6 GiB for one step fit in 64...
+    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 8 << 30)
+    with pytest.raises(InputError, match=r"config\.train\.batch_size.*one training step .*65536 x 65536 logits.*"
+                                         r"needs at least 17\.6 GiB, more than this machine's 8\.0 GiB"):
+        validation.validate_config(with_value(config, "train.batch_size", 65536))  # ...not in 8
+    with pytest.raises(InputError, match=r"config\.data\.shuffle_buffer.*shuffle buffer"):
+        validation.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
+    with pytest.raises(InputError, match=r"config\.model\.objective\.estimator_buckets.*frequency estimator"):
+        validation.validate_config(with_value(with_value(config, "model.objective.estimator_buckets", 1 << 28),
+                                              "model.objective.estimator_hashes", 8))
+    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 0)  # unknown: only the absolute caps apply
+    validation.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
+
+
+def test_more_workers_than_the_cores_can_run_are_refused(monkeypatch):
+    monkeypatch.setattr(validation.os, "cpu_count", lambda: 2)
+    config = shipped("two_tower")
+    validation.validate_config(with_value(config, "data.engine_workers", 8))
+    with pytest.raises(InputError, match=r"config\.data\.engine_workers.*9 is more than this machine's 2 cores"):
+        validation.validate_config(with_value(config, "data.engine_workers", 9))
+    remote = with_value(config, "data.engine_address", "tcp://10.0.0.5:8786")
+    validation.validate_config(with_value(remote, "data.engine_workers", 9))  # a remote cluster's workers
+    with pytest.raises(InputError, match=r"config\.item2vec\.threads.*more than this machine's 2 cores"):
+        validation.validate_config(with_value(shipped("item2vec"), "item2vec.threads", 9))
+
+
 def test_a_key_without_a_rule_is_reported():
     config = with_value(shipped("two_tower"), "train.foo", 1)
     with pytest.raises(InputError, match=r"config\.train\.foo.*unknown key"):
@@ -119,7 +165,8 @@ def test_every_bad_key_is_reported_in_one_line():
 
 
 def test_rules_describe_what_is_allowed():
-    assert validation.RULES["train.epochs"].allowed() == "an integer >= 1"
+    assert validation.RULES["train.epochs"].allowed() == "an integer in [1, 10000]"
+    assert validation.RULES["train.batch_size"].allowed() == "an integer in [1, 1048576]"
     assert validation.RULES["data.temporal_quantile"].allowed() == "a finite number in (0, 1)"
     assert validation.RULES["data.order"].allowed() == "one of 'auto', 'time', 'none'"
     assert validation.RULES["data.order"].accepts("time") and not validation.RULES["data.order"].accepts("random")
@@ -179,6 +226,34 @@ def test_gate_metrics_are_exactly_what_the_evaluation_reports():
         assert validation.evaluation_metrics((2, 5), bootstrap) == gateable
 
 
+def _log(path: Path, header: str) -> str:
+    path.write_text(f"{header}\nu1,i1,1\n")
+    return str(path)
+
+
+def test_column_names_are_checked_in_the_header(tmp_path):
+    config = shipped("two_tower")
+    with pytest.raises(InputError, match=r"config\.data\.item_column.*has no column\(s\) \['item_id'\]; its columns are "
+                                         r"\['user_id', 'item', 'timestamp'\]"):
+        validation.validate_config(with_value(config, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
+    renamed = with_value(config, "data.item_column", "item")
+    validation.validate_config(with_value(renamed, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
+    with pytest.raises(InputError, match=r"config\.data\.train_path.*duplicate column name\(s\) \['item_id'\]"):
+        validation.validate_config(with_value(config, "data.train_path", _log(tmp_path / "d.csv", "user_id,item_id,item_id")))
+    temporal = with_value(with_value(config, "data.split", "temporal"), "data.train_path",
+                          _log(tmp_path / "n.csv", "user_id,item_id,when"))
+    with pytest.raises(InputError, match=r"config\.data\.timestamp_column.*\['timestamp'\]"):
+        validation.validate_config(temporal)
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame({"user_id": ["u"], "itemid": ["i"]}).to_parquet(tmp_path / "log.parquet")
+    with pytest.raises(InputError, match=r"config\.data\.item_column.*log\.parquet has no column"):
+        validation.validate_config(with_value(config, "data.train_path", str(tmp_path / "log.parquet")))
+    features = with_value(with_value(config, "data.item_features_path", _log(tmp_path / "f.csv", "item_id,genre,x")),
+                          "data.item_features", "genres:multi")
+    with pytest.raises(InputError, match=r"config\.data\.item_features.*\['genres'\]"):
+        validation.validate_config(features)
+
+
 @pytest.mark.parametrize("run_id", ["../../x", "a/b", "latest", "", ".hidden", "a..b", "x" * 129, "a b", None])
 def test_bad_run_ids_are_rejected(run_id):
     with pytest.raises(InputError, match="run_id"):
@@ -209,6 +284,35 @@ def test_output_dir_must_be_a_usable_directory_outside_any_run(tmp_path):
     locations.check_output_dir(str(tmp_path / "artifacts"), "two_tower", "r1")  # a model directory with runs
 
 
+@pytest.mark.parametrize("path,kind", [("/proc/retrieval", "proc"), ("/sys/kernel/retrieval", "sysfs")])
+def test_output_dir_on_a_kernel_interface_is_refused(path, kind):
+    if not Path(path).parent.exists():
+        pytest.skip(f"no {Path(path).parent} here")
+    with pytest.raises(InputError, match=rf"output_dir.*{path} is on /\w+ \({kind}\), which cannot hold files"):
+        locations.check_output_dir(path, "two_tower", "r1")
+
+
+def test_output_dir_on_a_read_only_filesystem_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(locations.os, "statvfs", lambda path: type("Stat", (), {"f_flag": os.ST_RDONLY})())
+    with pytest.raises(InputError, match="output_dir.*read-only filesystem"):
+        locations.check_output_dir(str(tmp_path / "out"), "two_tower", "r1")
+
+
+def test_a_latest_that_is_not_a_link_is_refused_before_any_work(tmp_path):
+    model = tmp_path / "two_tower"
+    (model / "r0").mkdir(parents=True)
+    (model / "latest").symlink_to("r0")
+    locations.check_output_dir(str(tmp_path), "two_tower", "r1")  # the published run's link
+    (model / "latest").unlink()
+    (model / "latest").mkdir()
+    with pytest.raises(InputError, match=r"output_dir.*two_tower/latest is a directory, not the link to the published"):
+        locations.check_output_dir(str(tmp_path), "two_tower", "r1")
+    (model / "latest").rmdir()
+    (model / "latest").write_text("r0")
+    with pytest.raises(InputError, match="latest is a file"):
+        locations.check_output_dir(str(tmp_path), "two_tower", "r1")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_output_dir_must_be_writable(tmp_path):
     locked = tmp_path / "locked"
@@ -235,7 +339,7 @@ def test_override_errors_name_the_key():
 
 @pytest.mark.parametrize("override,message", [
     ("--config.train.foo=1", "unknown config key config.train.foo"),  # refused while parsing the flags
-    ("--config.train.epochs=0", "config.train.epochs': must be an integer >= 1, got 0"),  # refused by validation
+    ("--config.train.epochs=0", "config.train.epochs': must be an integer in [1, 10000], got 0"),  # refused by validation
 ])
 def test_command_line_exits_2_with_one_line(tmp_path, override, message):
     result = subprocess.run([sys.executable, "-m", "pipelines.train", f"--output_dir={tmp_path}", "--run_id=r1",

@@ -19,8 +19,13 @@ from retrieval.errors import InputError
 # of the model directory start with a dot), at most 128 characters.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NAME_RULE = "1-128 characters among letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
-RESERVED_NAMES = ("latest",)  # the published-run link of a model directory
 RUN_MARKERS = ("config.json", "manifest.json")  # a directory holding both is a run directory
+LATEST = "latest"  # the published-run link of a model directory (retrieval.pipeline.publish)
+RESERVED_NAMES = (LATEST,)
+# Kernel interfaces mounted like directories: writing a run there fails half-way (or worse, writes kernel settings).
+PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
+                                "tracefs", "pstore", "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs"})
+_PSEUDO_ROOTS = ("/proc", "/sys")  # where /proc/mounts cannot be read
 
 
 def new_run_id() -> str:
@@ -49,9 +54,24 @@ def _enclosing_run(path: Path) -> Optional[Path]:
     return None
 
 
+def _mount_of(path: Path) -> tuple[str, str]:
+    """(mount point, filesystem type) of the mount holding ``path``, from ``/proc/mounts``; ("", "") if unknown."""
+    try:
+        with open("/proc/mounts", encoding="utf-8", errors="replace") as mounts:
+            entries = [line.split()[1:3] for line in mounts if len(line.split()) >= 3]
+    except OSError:
+        return "", ""
+    best = ("", "")
+    for point, kind in entries:
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), point)  # a space is written \040
+        if (path == Path(point) or Path(point) in path.parents) and len(point) >= len(best[0]):
+            best = (point, kind)
+    return best
+
+
 def check_writable_dir(path: object, field: str) -> Path:
     """``path`` is a writable directory or can be created as one (its nearest existing ancestor is a writable
-    directory); returns it resolved."""
+    directory on a writable disk filesystem, not a kernel interface such as /proc or /sys); returns it resolved."""
     if not isinstance(path, str) or not path:
         raise InputError("must be a directory path", field=field)
     resolved = Path(path).expanduser().resolve()
@@ -59,15 +79,22 @@ def check_writable_dir(path: object, field: str) -> Path:
     if not existing.is_dir():
         where = "is a file" if existing == resolved else f"is under the file {existing}"
         raise InputError(f"{path} {where}; expected a directory (existing or to be created)", field=field)
+    point, kind = _mount_of(existing)
+    if kind in PSEUDO_FILESYSTEMS or (not kind and str(resolved).startswith(_PSEUDO_ROOTS)):
+        raise InputError(f"{path} is on {point or 'a kernel interface'} ({kind or 'pseudo filesystem'}), which cannot "
+                         f"hold files; choose a directory on a disk", field=field)
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        raise InputError(f"{existing} is on a read-only filesystem", field=field)
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(f"{existing} is not writable", field=field)
     return resolved
 
 
 def check_output_dir(output_dir: object, model_name: str, run_id: str, field: str = "output_dir") -> None:
-    """The training output directory can hold ``<output_dir>/<model_name>/<run_id>/``: writable or creatable, not
-    inside an existing run directory, and the model and run directories, where they exist, are writable
-    directories."""
+    """The training output directory can hold ``<output_dir>/<model_name>/<run_id>/``: writable or creatable (see
+    :func:`check_writable_dir`), not inside an existing run directory, the model and run directories, where they
+    exist, writable directories, and the model directory's ``latest``, where it exists, a link (publishing replaces
+    it; a real directory there would fail only after every stage ran)."""
     resolved = check_writable_dir(output_dir, field)
     run = _enclosing_run(resolved)
     if run is not None:
@@ -75,6 +102,11 @@ def check_output_dir(output_dir: object, model_name: str, run_id: str, field: st
                          field=field)
     for directory in (resolved / model_name, resolved / model_name / run_id):
         check_writable_dir(str(directory), field)
+    latest = resolved / model_name / LATEST
+    if latest.exists() and not latest.is_symlink():
+        what = "a directory" if latest.is_dir() else "a file"
+        raise InputError(f"{latest} is {what}, not the link to the published run that publishing replaces; move it "
+                         f"away or choose another output directory", field=field)
 
 
 def check_input(path: object, field: str, kind: str = "file") -> None:

@@ -7,10 +7,12 @@ A :class:`Rule` says whether a value is acceptable and, for the error message, w
     flag()                          true or false
     one_of(("adam", "adagrad"))     one of 'adam', 'adagrad'
     text(nonempty=True)             a non-empty string
-    integers(low=1, nonempty=True)  a tuple of integers >= 1, at least one
+    integers(1, 64, nonempty=True)  a tuple of integers in [1, 64], at least one (and at most MAX_ITEMS of them)
     names(("random", "item_knn"))   a tuple of names among 'random', 'item_knn'
 
-Booleans are not integers here (``True`` is not a batch size), integers are numbers.
+Booleans are not integers here (``True`` is not a batch size), integers are numbers. Every number a user can set has
+an upper bound too (``tests/test_validation.py`` checks it): a value that would run away (a batch of 10^9 examples,
+10^6 epochs) is refused up front instead of aborting or running for days.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 from typing import Any, Optional, Sequence
 
 KINDS = ("int", "float", "bool", "str", "ints", "strs")
+MAX_ITEMS = 64  # longest tuple of an "ints" or "strs" rule (cut-offs, layer sizes, metric names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Rule:
 
     def accepts(self, value: Any) -> bool:
         if self.kind in ("ints", "strs"):
-            if not isinstance(value, (tuple, list)) or (self.nonempty and not value):
+            if not isinstance(value, (tuple, list)) or (self.nonempty and not value) or len(value) > MAX_ITEMS:
                 return False
             return all(self._accepts_scalar(item, "int" if self.kind == "ints" else "str") for item in value)
         return self._accepts_scalar(value, self.kind)
@@ -77,10 +80,10 @@ class Rule:
         if self.kind == "bool":
             return "true or false"
         if self.kind == "ints":
-            return f"a tuple of integers{bounds}" + (", at least one" if self.nonempty else "")
+            return f"a tuple of at most {MAX_ITEMS} integers{bounds}" + (", at least one" if self.nonempty else "")
         if self.kind == "strs":
             among = f"names among {_quoted(self.choices)}" if self.choices else "strings"
-            return f"a tuple of {among}" + (", at least one" if self.nonempty else "")
+            return f"a tuple of at most {MAX_ITEMS} {among}" + (", at least one" if self.nonempty else "")
         if self.choices is not None:
             return f"one of {_quoted(self.choices)}"
         if self.pattern is not None:
@@ -88,13 +91,21 @@ class Rule:
         return "a non-empty string" if self.nonempty else "a string"
 
     def _bounds(self) -> str:
+        low, high = _number(self.low), _number(self.high)
         if self.low is not None and self.high is not None:
-            return f" in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+            return f" in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
         if self.low is not None:
-            return f" {'>' if self.low_open else '>='} {self.low:g}"
+            return f" {'>' if self.low_open else '>='} {low}"
         if self.high is not None:
-            return f" {'<' if self.high_open else '<='} {self.high:g}"
+            return f" {'<' if self.high_open else '<='} {high}"
         return ""
+
+
+def _number(value: Optional[float]) -> str:
+    """Whole numbers in full (1048576, not 1.04858e+06), others short."""
+    if value is not None and float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:g}" if value is not None else ""
 
 
 def _quoted(choices: Sequence[str]) -> str:
@@ -122,8 +133,8 @@ def text(nonempty: bool = False, pattern: Optional[str] = None, pattern_doc: str
     return Rule("str", nonempty=nonempty, pattern=pattern, pattern_doc=pattern_doc)
 
 
-def integers(low: Optional[int] = None, nonempty: bool = False) -> Rule:
-    return Rule("ints", low=low, nonempty=nonempty)
+def integers(low: Optional[int] = None, high: Optional[int] = None, nonempty: bool = False) -> Rule:
+    return Rule("ints", low=low, high=high, nonempty=nonempty)
 
 
 def names(choices: Optional[Sequence[str]] = None, nonempty: bool = False) -> Rule:

@@ -5,17 +5,25 @@ a key without one is an error, so a key added to a config file cannot skip valid
 walks every key of every shipped config). Choices reuse the constants of the modules that read the keys. Cross-key
 checks follow (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
 table, objective combinations, Item2Vec's batch / group divisibility, input files that must exist, gate metrics
-that the evaluation will actually report, and the most-popular baseline that the gate's lift check needs. Every problem found is reported, one line, through ``InputError``.
+that the evaluation will actually report, the most-popular baseline that the gate's lift check needs, the named
+columns in the input files' headers, and settings whose memory alone exceeds the machine's. Every problem found is
+reported, one line, through ``InputError``. Nothing here imports TensorFlow (the choices come from
+``retrieval.settings``), so a mistake answers in about a second.
 
 Adding a key: add one line to :data:`RULES`.
 """
 
 from __future__ import annotations
 
+import csv
 import math
-from typing import Any, Callable, Iterator, Mapping
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import ml_collections
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from retrieval import settings
 from retrieval.data import engine, features, prepare, readers, splits
@@ -27,8 +35,21 @@ from retrieval.models.item2vec import VECTORS
 from retrieval.pipeline import gate, identity, locations
 from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
 
-SEED = integer(0, 2**31 - 1)
-DIM = integer(1)
+# Upper bounds (every number has one): generous for real work, far below what aborts or runs for days. The memory
+# a whole configuration needs at least is cross-checked against the machine (_memory).
+COUNT = 2**31 - 1  # counts with no cost of their own (steps between logs, a cap on examples): int32, as TF stores them
+SEED = integer(0, COUNT)
+MAX_DIM = 4096  # embedding and layer widths: a 4096-d table of 1M items is 16 GB (48 GB with Adam's two slots)
+DIM = integer(1, MAX_DIM)
+MAX_EPOCHS = 10_000
+MAX_BATCH = 1 << 20  # examples per step; the per-step memory is cross-checked too (_memory)
+MAX_HISTORY = 10_000  # history items a user tower pools per example
+MAX_K = 100_000  # ranking cut-offs: every evaluated user's top-k is held in memory
+MAX_CHECKPOINTS = 1000
+MAX_WORKERS = 1024  # processes / threads; on this machine at most 4 per core (_machine), beyond that they contend
+EPOCHS = integer(1, MAX_EPOCHS)
+BATCH = integer(1, MAX_BATCH)
+STEPS = integer(1, COUNT)
 _KIND = "|".join(features.KINDS)
 FEATURE_SPEC = text(pattern=rf"(\s*[^\s:,]+:({_KIND})\s*)(,\s*[^\s:,]+:({_KIND})\s*)*|",
                     pattern_doc=f"empty or 'name:kind' comma separated, kind among {', '.join(features.KINDS)}")
@@ -52,107 +73,107 @@ RULES: dict[str, Rule] = {
     "data.user_features_path": text(),
     "data.user_features": FEATURE_SPEC,
     "data.split": one_of(prepare.SPLITS),
-    "data.holdout_n": integer(1),
+    "data.holdout_n": integer(1, MAX_HISTORY),
     "data.validation": flag(),
     "data.temporal_quantile": number(0, 1, low_open=True, high_open=True),
     "data.holdout_fraction": number(0, 1, low_open=True, high_open=True),
     "data.unknown_policy": one_of(splits.POLICIES),
-    "data.min_item_count": integer(1),
-    "data.max_examples_per_user": integer(0),
+    "data.min_item_count": integer(1, COUNT),
+    "data.max_examples_per_user": integer(0, COUNT),
     "data.order": one_of(ORDERS),
     "data.streaming": one_of(prepare.MODES),
-    "data.streaming_min_mb": number(0),
-    "data.num_shards": integer(1),
-    "data.shuffle_buffer": integer(1),
+    "data.streaming_min_mb": number(0, 1e9),
+    "data.num_shards": integer(1, 65_536),  # one file each
+    "data.shuffle_buffer": integer(1, 1 << 26),  # examples held in memory (_memory)
     "data.engine": one_of(engine.ENGINES),
     "data.engine_address": text(),
-    "data.engine_workers": integer(1),
+    "data.engine_workers": integer(1, MAX_WORKERS),
     "data.engine_timeout_s": number(0, 3600, low_open=True),
     # eval, index, gate, publish (configs/base.py)
-    "eval.ks": integers(1, nonempty=True),
+    "eval.ks": integers(1, MAX_K, nonempty=True),
     "eval.exclude_train": flag(),
     "eval.baselines": names(settings.BASELINES),
-    "eval.bootstrap": integer(0),
-    "eval.ease_lambda": number(0, low_open=True),
-    "eval.max_users": integer(0),
+    "eval.bootstrap": integer(0, 100_000),  # resamples: 1000 give 95% intervals
+    "eval.ease_lambda": number(0, 1e12, low_open=True),
+    "eval.max_users": integer(0, COUNT),
     "index.factory": text(nonempty=True),
     "index.recall_floor": number(0, 1),
-    "index.recall_k": integer(1),
+    "index.recall_k": integer(1, MAX_K),
     "gate.floors": FLOORS_SPEC,
     "gate.compare": names(),
     "gate.max_regression": number(0, 1),
-    "gate.min_lift_over_popular": number(gate.OFF),
-    "publish.keep_last": integer(0),
+    "gate.min_lift_over_popular": number(gate.OFF, 1e6),
+    "publish.keep_last": integer(0, COUNT),
     "publish.warm_start": flag(),
     # model (retrieval/models/config.py; configs/item2vec.py keeps max_history only)
     "model.embedding_dim": DIM,
-    "model.temperature": number(0, low_open=True),
+    "model.temperature": number(0, 1e3, low_open=True),
     "model.l2_normalize": flag(),
-    "model.max_history": integer(1),
-    "model.inference_history": integer(0),
-    "model.inference_part_size": integer(0),
+    "model.max_history": integer(1, MAX_HISTORY),
+    "model.inference_history": integer(0, 10 * MAX_HISTORY),
+    "model.inference_part_size": integer(0, MAX_HISTORY),
     "model.seed": SEED,
     "model.item_tower.id_embedding_dim": DIM,
     "model.item_tower.feature_embedding_dim": DIM,
-    "model.item_tower.hidden_units": integers(1),
+    "model.item_tower.hidden_units": integers(1, 4 * MAX_DIM),
     "model.user_tower.share_item_embeddings": flag(),
     "model.user_tower.history_embedding_dim": DIM,
     "model.user_tower.pooling": one_of(model_config.POOLINGS),
-    "model.user_tower.user_id_embedding_dim": integer(0),
+    "model.user_tower.user_id_embedding_dim": integer(0, MAX_DIM),
     "model.user_tower.feature_embedding_dim": DIM,
     "model.user_tower.use_example_age": flag(),
-    "model.user_tower.hidden_units": integers(1),
+    "model.user_tower.hidden_units": integers(1, 4 * MAX_DIM),
     "model.objective.name": one_of(model_config.OBJECTIVES),
-    "model.objective.num_negatives": integer(0),
+    "model.objective.num_negatives": integer(0, MAX_BATCH),
     "model.objective.negatives": one_of(model_config.NEGATIVES),
     "model.objective.sampler": one_of(model_config.SAMPLERS),
-    "model.objective.distortion": number(0),
+    "model.objective.distortion": number(0, 10),
     "model.objective.log_q": one_of(model_config.LOG_Q_MODES),
-    "model.objective.estimator_buckets": integer(0),
+    "model.objective.estimator_buckets": integer(0, 1 << 28),  # per hash (_memory)
     "model.objective.estimator_alpha": number(0, 1, low_open=True),
-    "model.objective.estimator_hashes": integer(1),
+    "model.objective.estimator_hashes": integer(1, 64),
     "model.objective.output_table": flag(),
     # train (retrieval/training.py, default_train_config)
-    "train.epochs": integer(1),
-    "train.batch_size": integer(1),
+    "train.epochs": EPOCHS,
+    "train.batch_size": BATCH,
     "train.optimizer": one_of(settings.OPTIMIZERS),
-    "train.learning_rate": number(0),  # 0 is allowed: a warm start copied without training
-    "train.weight_decay": number(0),
+    "train.learning_rate": number(0, 100),  # 0 is allowed: a warm start copied without training
+    "train.weight_decay": number(0, 100),
     "train.schedule": one_of(settings.SCHEDULES),
-    "train.warmup_steps": integer(0),
+    "train.warmup_steps": integer(0, COUNT),
     "train.min_learning_rate_ratio": number(0, 1),
-    "train.checkpoint_every_steps": integer(1),
-    "train.keep_checkpoints": integer(1),
-    "train.log_every_steps": integer(1),
-    "train.eval_every_epochs": integer(1),
-    "train.early_stopping_patience": integer(0),
+    "train.checkpoint_every_steps": STEPS,
+    "train.keep_checkpoints": integer(1, MAX_CHECKPOINTS),
+    "train.log_every_steps": STEPS,
+    "train.eval_every_epochs": EPOCHS,
+    "train.early_stopping_patience": integer(0, MAX_EPOCHS),
     "train.validation_fraction": number(0, 0.5, high_open=False),
     "train.refit": flag(),
     "train.eval_metric_name": text(nonempty=True),
-    "train.eval_k": integer(1),
+    "train.eval_k": integer(1, MAX_K),
     "data.history_keep": number(0, 1, low_open=True),
     "train.strategy": one_of(settings.STRATEGIES),
-    "train.ps_shards": integer(0),
-    "train.ps_min_shard_bytes": integer(1),
+    "train.ps_shards": integer(0, 4096),
+    "train.ps_min_shard_bytes": integer(1, 1 << 40),
     "train.seed": SEED,
     "train.jit_compile": one_of(settings.JIT_COMPILE),
     # item2vec (retrieval/models/item2vec.py, default_item2vec_config)
     "item2vec.dim": DIM,
-    "item2vec.window": integer(1),
+    "item2vec.window": integer(1, MAX_HISTORY),
     "item2vec.shrink_window": flag(),
-    "item2vec.negatives": integer(1),
-    "item2vec.noise_exponent": number(0),
-    "item2vec.negative_group": integer(1),
-    "item2vec.threads": integer(1),
-    "item2vec.subsample": number(0),
-    "item2vec.epochs": integer(1),
-    "item2vec.batch_size": integer(1),
-    "item2vec.learning_rate": number(0, low_open=True),
-    "item2vec.min_learning_rate": number(0),
+    "item2vec.negatives": integer(1, 10_000),
+    "item2vec.noise_exponent": number(0, 10),
+    "item2vec.negative_group": BATCH,
+    "item2vec.threads": integer(1, MAX_WORKERS),
+    "item2vec.subsample": number(0, 1),
+    "item2vec.epochs": EPOCHS,
+    "item2vec.batch_size": BATCH,
+    "item2vec.learning_rate": number(0, 100, low_open=True),
+    "item2vec.min_learning_rate": number(0, 100),
     "item2vec.vectors": one_of(VECTORS),
-    "item2vec.log_every_steps": integer(1),
-    "item2vec.checkpoint_every_steps": integer(1),
-    "item2vec.keep_checkpoints": integer(1),
+    "item2vec.log_every_steps": STEPS,
+    "item2vec.checkpoint_every_steps": STEPS,
+    "item2vec.keep_checkpoints": integer(1, MAX_CHECKPOINTS),
     "item2vec.seed": SEED,
 }
 
@@ -229,6 +250,53 @@ def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
                 yield key, e.message
 
 
+def _header(path: str, format: str) -> Optional[list[str]]:
+    """The column names of a csv/tsv/parquet file from its header alone (no data row is read), or None when the
+    format has no header or the header cannot be read (the reader then reports the problem with its row)."""
+    try:
+        format = readers.guess_format(path) if format == "auto" else format
+        if format == "parquet":
+            return list(pq.read_schema(path).names)
+        if format in ("csv", "tsv"):
+            with open(path, newline="", encoding="utf-8") as handle:
+                return next(csv.reader(handle, delimiter="," if format == "csv" else "\t"), [])
+    except (InputError, OSError, UnicodeDecodeError, csv.Error, pa.ArrowException):
+        return None
+    return None
+
+
+def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """The named columns are in the files' headers (read before anything else, so a typo answers at once)."""
+    user, item, timestamp = c.get("data.user_column"), c.get("data.item_column"), c.get("data.timestamp_column")
+    logs = {"train_path": [user, item], "test_path": [user, item], "validation_path": [user, item]}
+    if c.get("data.split") == "temporal":
+        logs["train_path"].append(timestamp)
+    tables = {"item_features_path": (item, "data.item_features"), "user_features_path": (user, "data.user_features")}
+    for name in identity.INPUT_KEYS:
+        path = c.get(f"data.{name}")
+        if not path or not Path(path).is_file():
+            continue
+        if name in tables:
+            id_column, spec = tables[name]
+            required = [id_column] + [part.split(":")[0].strip() for part in c.get(spec, "").split(",") if part.strip()]
+            fmt = "auto"
+        else:
+            required, fmt = logs[name], c.get("data.format", "auto")
+        header = _header(path, fmt)
+        if header is None:
+            continue
+        repeated = sorted({column for column in header if header.count(column) > 1})
+        if repeated:
+            yield f"data.{name}", (f"{path}: duplicate column name(s) {repeated} in the header; every column needs "
+                                   f"its own name")
+            continue
+        missing = [column for column in required if column not in header]
+        if missing:
+            named_by = {user: "data.user_column", item: "data.item_column", timestamp: "data.timestamp_column"}
+            key = named_by.get(missing[0]) or tables[name][1]  # a log misses a named column, a table a feature
+            yield key, f"{path} has no column(s) {missing}; its columns are {header}"
+
+
 def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     model_type = c.get("model_type", "two_tower")
     needed = {"two_tower": ("model.embedding_dim", "train.epochs"), "item2vec": ("item2vec.epochs",)}
@@ -249,8 +317,69 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
                                           f"{c['item2vec.negative_group']}")
 
 
-CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (_data, _model, _gate_metrics,
-                                                                               _gate_lift)
+def physical_memory_bytes() -> int:
+    """This machine's physical memory (0 when the OS does not say): what a run can use at most."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _step_bytes(c: Mapping[str, Any]) -> tuple[int, str]:
+    """A lower bound of one two-tower training step's memory, and how it was counted: the float32 history
+    embeddings of the batch and its logits ([batch, batch + negatives] in-batch, [batch, negatives] sampled)."""
+    batch, history = c["train.batch_size"], c["model.max_history"]
+    width = c.get("model.item_tower.id_embedding_dim", c["model.embedding_dim"])
+    if not c.get("model.user_tower.share_item_embeddings", True):
+        width = c.get("model.user_tower.history_embedding_dim", width)
+    name, negatives = c.get("model.objective.name", "in_batch"), c.get("model.objective.num_negatives", 0)
+    sampled = model_config.samples_negatives(name, c.get("model.objective.negatives", "sampled"))
+    columns = max(negatives, 1) if sampled or name.startswith("full_") else batch + negatives
+    return 4 * batch * (history * width + columns), (f"{batch} x {history} history embeddings of width {width} and "
+                                                       f"{batch} x {columns} logits, float32")
+
+
+def machine_workers() -> int:
+    """The most local worker processes or threads a run may start here: 4 per core (at least 8)."""
+    return max(8, 4 * (os.cpu_count() or 1))
+
+
+def _machine(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """Local processes and threads beyond what this machine's cores can run (a remote Dask cluster is not counted)."""
+    most = machine_workers()
+    local = {"item2vec.threads": True, "data.engine_workers": not c.get("data.engine_address")}
+    for key, counted in local.items():
+        if counted and c.get(key, 0) > most:
+            yield key, f"{c[key]} is more than this machine's {os.cpu_count()} cores can run (at most {most})"
+
+
+def _memory(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """Settings whose memory alone, counted from below, exceeds this machine's physical memory (the sizes of the
+    embedding tables depend on the catalogue and are not known before the data is read)."""
+    available = physical_memory_bytes()
+    if not available:
+        return
+    needs = []
+    if "train.batch_size" in c and "model.max_history" in c:
+        step, how = _step_bytes(c)
+        needs.append(("train.batch_size", step, f"one training step ({how})", "train.batch_size or model.max_history"))
+    if "data.shuffle_buffer" in c:
+        example = 4 * (c.get("model.max_history", 1) + 4)
+        needs.append(("data.shuffle_buffer", c["data.shuffle_buffer"] * example,
+                      f"the shuffle buffer ({c['data.shuffle_buffer']} examples of {example} bytes)", "it"))
+    if c.get("model.objective.estimator_buckets"):
+        buckets, hashes = c["model.objective.estimator_buckets"], c.get("model.objective.estimator_hashes", 1)
+        needs.append(("model.objective.estimator_buckets", 16 * buckets * hashes,
+                      f"the frequency estimator ({buckets} buckets x {hashes} hashes x 16 bytes)",
+                      "it or model.objective.estimator_hashes"))
+    for key, needed, what, lower in needs:
+        if needed > available:
+            yield key, (f"{what} needs at least {needed / 2**30:.1f} GiB, more than this machine's "
+                        f"{available / 2**30:.1f} GiB of memory; lower {lower}")
+
+
+CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
+    _data, _columns, _model, _machine, _memory, _gate_metrics, _gate_lift)
 
 
 def config_problems(config: Mapping) -> list[Problem]:

@@ -1,0 +1,103 @@
+"""The command line answers fast and quietly: a wrong path, a wrong column or ``--help`` exits before TensorFlow loads
+(seconds, not the minute a cold TensorFlow import can take), and TensorFlow's start-up lines stay hidden unless asked
+for. Each case runs the pipeline's module as ``__main__`` in a fresh interpreter and reports whether TensorFlow was
+imported."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from retrieval import cli, quiet
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST_S = 15.0  # the issue's bound for a wrong input path; a cold TensorFlow import alone takes longer under load
+PROBE = """
+import json, runpy, sys
+sys.argv = {argv!r}
+code = 0
+try:
+    runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code
+print(json.dumps({{"code": code, "tensorflow": "tensorflow" in sys.modules}}))
+"""
+
+
+def probe(module: str, *args: str, env: dict | None = None) -> tuple[dict, str, float]:
+    """Runs ``python -m module args`` in a fresh interpreter: (exit code and whether TensorFlow was imported, stderr,
+    seconds)."""
+    code = PROBE.format(argv=[module, *args], module=module)
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, **(env or {})})
+    elapsed = time.monotonic() - start
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr, elapsed
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--config.data.train_path=/nonexistent/log.csv",), "config.data.train_path': /nonexistent/log.csv does not exist"),
+    (("--config.data.item_column=item",), "config.data.item_column': data/interactions.csv has no column(s) ['item']"),
+    (("--config.train.batch_size=1000000000",), "config.train.batch_size': must be an integer in [1, 1048576]"),
+    (("--output_dir=/proc/retrieval",), "output_dir"),
+])
+def test_bad_input_exits_2_before_tensorflow_loads(tmp_path, args, message):
+    args = (f"--output_dir={tmp_path}", "--run_id=r1", *args)
+    outcome, stderr, elapsed = probe("pipelines.train", *args)
+    assert outcome == {"code": cli.EXIT_INPUT_ERROR, "tensorflow": False}, stderr
+    assert message in stderr and "Traceback" not in stderr
+    assert elapsed < FAST_S
+    assert not list(tmp_path.iterdir())
+
+
+def test_help_lists_the_flags_and_exits_0_without_tensorflow():
+    outcome, _, _ = probe("pipelines.train", "--help")
+    assert outcome == {"code": 0, "tensorflow": False}
+    result = subprocess.run([sys.executable, "-m", "pipelines.train", "--help"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0
+    for flag in ("--config", "--output_dir", "--run_id", "--force"):
+        assert flag in result.stdout
+
+
+@pytest.mark.parametrize("module,args", [
+    ("pipelines.evaluate", ("--run_dir=/nonexistent/run",)),
+    ("pipelines.recommend", ("--run_dir=/nonexistent/run", "--output=/tmp/recs.parquet")),
+])
+def test_other_pipelines_check_their_paths_before_tensorflow(module, args):
+    outcome, stderr, _ = probe(module, *args)
+    assert outcome == {"code": cli.EXIT_INPUT_ERROR, "tensorflow": False}, stderr
+    assert "does not exist" in stderr
+
+
+def _tensorflow_start(env: dict) -> str:
+    code = "import retrieval, tensorflow as tf; tf.constant(1) + 1"
+    clean = {k: v for k, v in os.environ.items() if k not in (quiet.LEVEL_ENV, quiet.QUIET_ENV)}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**clean, **env}).stderr
+
+
+def test_tensorflow_starts_quietly_unless_asked():
+    assert _tensorflow_start({}) == ""
+    loud = _tensorflow_start({quiet.LEVEL_ENV: "0"})  # the environment's own level: nothing is filtered
+    assert "oneDNN" in loud or "cuda" in loud.lower() or "cpu_feature_guard" in loud
+
+
+def test_the_filter_passes_other_lines_on(capfd):
+    with quiet.filtered_stderr():
+        os.write(2, b"I0000 00:00:1795544421.004778    6277 port.cc:153] oneDNN custom operations are on.\n"
+                    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                    b"a warning of our own\nlast line without newline")
+    assert capfd.readouterr().err == "a warning of our own\nlast line without newline"
+
+
+def test_verbosity_shows_tensorflow_start_up(monkeypatch):
+    monkeypatch.setenv(quiet.QUIET_ENV, "1")
+    monkeypatch.setenv(quiet.LEVEL_ENV, "3")
+    quiet.verbose()
+    assert os.environ[quiet.QUIET_ENV] == "0" and os.environ[quiet.LEVEL_ENV] == "0"
+    assert not any(isinstance(finder, quiet._QuietTensorFlowImport) for finder in sys.meta_path)
