@@ -19,6 +19,8 @@ CI_METRICS = ("recall", "ndcg")  # retrieval.evaluation.evaluator: metrics with 
 OPTIMIZERS = ("adam", "adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
+SPARSE_UPDATES = ("auto", "on", "off")
+SPARSE_UPDATES_MIN_ROWS = 50_000  # "auto": lazy optimizer from this many rows in the largest embedding table
 
 
 def default_train_config() -> ml_collections.ConfigDict:
@@ -74,4 +76,9 @@ def default_train_config() -> ml_collections.ConfigDict:
     # negatives, full softmax) and training runs on one replica), "on" or "off". XLA fuses the step and sums the
     # embedding gradients densely: 2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py).
     config.jit_compile = "auto"
+    # Lazy (row-wise sparse) optimizer updates of the embedding tables (retrieval/optimizers.py, docs/sparse-updates.md):
+    # a step updates only the rows the batch looked up, and their moments, so its cost does not grow with the
+    # catalogue. "auto": on when the largest embedding table has at least SPARSE_UPDATES_MIN_ROWS rows (50,000);
+    # "on" or "off". Dense layers always get the optimizer's ordinary update.
+    config.sparse_updates = "auto"
     return config

@@ -36,7 +36,15 @@ from retrieval.artifacts import PathLike
 from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
-from retrieval.settings import JIT_COMPILE, OPTIMIZERS, SCHEDULES, default_train_config  # noqa: F401
+from retrieval.optimizers import LazyAdagrad, LazyAdam
+from retrieval.settings import (  # noqa: F401
+    JIT_COMPILE,
+    OPTIMIZERS,
+    SCHEDULES,
+    SPARSE_UPDATES,
+    SPARSE_UPDATES_MIN_ROWS,
+    default_train_config,
+)
 
 
 @dataclasses.dataclass
@@ -170,15 +178,35 @@ def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
         warmup_target=float(config.learning_rate) if warmup else None, warmup_steps=warmup)
 
 
-def make_optimizer(config: ml_collections.ConfigDict, total_steps: int) -> tf.keras.optimizers.Optimizer:
-    """Adam or Adagrad with the schedule and the decoupled weight decay of ``config``."""
+def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
+                   sparse: bool = False) -> tf.keras.optimizers.Optimizer:
+    """Adam or Adagrad with the schedule and the decoupled weight decay of ``config``; with ``sparse``, their lazy
+    versions (``retrieval.optimizers``: embedding tables update only the looked-up rows; ``use_sparse_updates``)."""
     if config.optimizer not in OPTIMIZERS:
         raise InputError(f"{config.optimizer!r} is not one of {OPTIMIZERS}", field="train.optimizer")
-    kind = tf.keras.optimizers.Adam if config.optimizer == "adam" else tf.keras.optimizers.Adagrad
-    optimizer = kind(learning_rate(config, total_steps), weight_decay=config.weight_decay or None)
+    kinds = {"adam": (tf.keras.optimizers.Adam, LazyAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad)}
+    optimizer = kinds[config.optimizer][int(sparse)](learning_rate(config, total_steps),
+                                                     weight_decay=config.weight_decay or None)
     if config.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=["bias"])
     return optimizer
+
+
+def largest_table_rows(model: tf.keras.Model) -> int:
+    """Rows of the model's largest embedding table (0 without one)."""
+    return max((layer.input_dim for layer in model.submodules if isinstance(layer, tf.keras.layers.Embedding)),
+               default=0)
+
+
+def use_sparse_updates(config: ml_collections.ConfigDict, model: tf.keras.Model) -> bool:
+    """Resolves ``config.sparse_updates`` for ``model``: "auto" is on from ``SPARSE_UPDATES_MIN_ROWS`` rows in the
+    largest embedding table (below, dense Adam's step is cheap and the measured quality is the reference)."""
+    choice = config.get("sparse_updates", "auto")
+    if choice not in SPARSE_UPDATES:
+        raise InputError(f"{choice!r} is not one of {SPARSE_UPDATES}", field="train.sparse_updates")
+    if choice != "auto":
+        return choice == "on"
+    return largest_table_rows(model) >= SPARSE_UPDATES_MIN_ROWS
 
 
 def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> bool:
@@ -250,7 +278,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
     jit_compile = use_jit_compile(config, model)
     logging.info("training step %s", "XLA-compiled" if jit_compile else "not XLA-compiled")
     with strategy.scope():
-        model.compile(optimizer=make_optimizer(config, total_steps), jit_compile=jit_compile)
+        model.compile(optimizer=make_optimizer(config, total_steps, use_sparse_updates(config, model)),
+                      jit_compile=jit_compile)
     build_variables(model, examples)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager, private_dir = None, None

@@ -84,7 +84,8 @@ class TwoTowerModel(tfrs.Model):
         with tf.GradientTape() as tape:
             loss = self.compute_loss(inputs, training=True)
         gradients = tape.gradient(loss, self.trainable_variables)
-        if self.jit_compile:
+        if self.jit_compile and not getattr(self.optimizer, "sparse_updates", False):
+            # (A lazy optimizer, retrieval.optimizers, keeps the slices: it updates only their rows, in XLA too.)
             # Embedding gradients arrive as row slices. XLA sums them into a dense gradient in one fused loop (~10x
             # faster than TensorFlow's CPU segment sum, which Keras would run to de-duplicate the rows, with a
             # tf.unique that XLA cannot compile). With Adam the update touches every row anyway (dense decay of

@@ -1,0 +1,129 @@
+"""Lazy (row-wise sparse) Adam and Adagrad: a step costs O(rows looked up * d), not O(table rows * d).
+
+tf-keras ``Adam`` given an embedding gradient (``tf.IndexedSlices``) still decays both moments of *every* row and
+moves every row (``m <- b1 m`` and ``w <- w - alpha m / (sqrt(v) + eps)`` over the whole table), and decoupled
+weight decay shrinks the whole table: a step over a 1M-row table costs ~100x one over 4k rows. The optimizers here
+update only the rows a batch touches, as TensorFlow Addons' ``LazyAdam`` does. For a variable whose gradient is
+``IndexedSlices`` with the summed row gradients ``g_r`` of the touched rows ``r`` (duplicate indices summed):
+
+    t = optimizer.iterations + 1                        (the global step: bias correction as in Adam)
+    alpha = lr_t * sqrt(1 - b2^t) / (1 - b1^t)
+    w_r <- w_r - lr_t * wd * w_r                        (decoupled weight decay, touched rows only)
+    m_r <- b1 m_r + (1 - b1) g_r
+    v_r <- b2 v_r + (1 - b2) g_r^2
+    w_r <- w_r - alpha m_r / (sqrt(v_r) + eps)
+
+and every untouched row keeps its value *and its moments*: where dense Adam would decay ``m`` and ``v`` of a row
+absent from the batch (and still move it by the decayed momentum), lazy Adam leaves them as they were until the
+row is next looked up. A row touched at every step gets exactly Adam's update. Lazy Adagrad is Adagrad on the
+touched rows (``acc_r <- acc_r + g_r^2``, ``w_r <- w_r - lr_t g_r / sqrt(acc_r + eps)``, which tf-keras already
+does), with the weight decay also restricted to the touched rows. Variables with dense gradients (dense layers,
+biases) get the parent class's update unchanged, so the split is by variable: whatever arrives as ``IndexedSlices``
+(embedding lookups) is lazy.
+
+Duplicates are summed by sorting the indices (``unique_rows``), not with ``tf.unique``, which XLA cannot compile:
+the step then compiles whole (``model.compile(jit_compile=True)``). The slot variables are Adam's and Adagrad's
+(same names), so ``tf.train.Checkpoint``s move between the dense and the lazy optimizer, and updates go through
+``distribute_strategy.extended.update`` like the parents' (``MirroredStrategy`` applies the all-gathered slices on
+each replica; under ``ParameterServerStrategy`` the update runs beside the variable, so only the touched rows travel).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+
+
+def unique_rows(gradient: tf.IndexedSlices) -> tuple[tf.Tensor, tf.Tensor]:
+    """Sums the values of duplicate indices of ``gradient``: returns ``(values [n, ...], rows [n])`` for its ``n``
+    indices, where the first ``u`` slots hold the ``u`` distinct rows (ascending) with their summed values and the
+    ``n - u`` padding slots repeat slot 0 (same row, same value), so that an update computed slot by slot and written
+    with ``scatter_update`` writes the padded row twice with identical values. Fixed shape ``n``: compiles in XLA."""
+    indices = gradient.indices
+    n = tf.shape(indices)[0]
+    order = tf.argsort(indices, stable=True)
+    ordered = tf.gather(indices, order)
+    starts = tf.concat([tf.ones([1], tf.bool)[:n], ordered[1:] != ordered[:-1]], axis=0)
+    segments = tf.cumsum(tf.cast(starts, tf.int32)) - 1
+    values = tf.math.unsorted_segment_sum(tf.gather(gradient.values, order), segments, n)
+    rows = tf.math.unsorted_segment_max(ordered, segments, n)
+    source = tf.where(tf.range(n) < tf.reduce_sum(tf.cast(starts, tf.int32)), tf.range(n), 0)
+    return tf.gather(values, source), tf.gather(rows, source)
+
+
+class _LazyRows:
+    """Mixin over a tf-keras optimizer: ``IndexedSlices`` gradients go to ``_sparse_step(values, rows, variable)``
+    with duplicates summed (``unique_rows``); dense gradients to the parent's ``update_step``. The parent's dense
+    weight decay skips the variables that get sparse gradients; ``_sparse_step`` decays their touched rows."""
+
+    sparse_updates = True  # read by TwoTowerModel.train_step (keeps the slices) and recorded in the run
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)
+        sparse = {self._var_key(var) for grad, var in grads_and_vars if isinstance(grad, tf.IndexedSlices)}
+        self._sparse_keys = getattr(self, "_sparse_keys", set()) | sparse
+        return super().apply_gradients(grads_and_vars, *args, **kwargs)
+
+    def _deduplicate_sparse_grad(self, grads):
+        return grads  # summed in update_step, without tf.unique (see unique_rows)
+
+    def _use_weight_decay(self, variable) -> bool:
+        return self._var_key(variable) not in getattr(self, "_sparse_keys", ()) and self._decays(variable)
+
+    def _decays(self, variable) -> bool:
+        """Whether ``variable`` gets weight decay at all (``weight_decay`` set, not excluded)."""
+        return self.weight_decay is not None and super()._use_weight_decay(variable)
+
+    def update_step(self, gradient, variable):
+        if not isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable)
+        values, rows = unique_rows(gradient)
+        lr = tf.cast(self.learning_rate, variable.dtype)
+        weights = tf.gather(variable, rows)
+        if self._decays(variable):
+            weights -= weights * tf.cast(self.weight_decay, variable.dtype) * lr
+        variable.scatter_update(tf.IndexedSlices(self._sparse_step(values, rows, weights, variable, lr), rows))
+
+    def _sparse_step(self, gradient: tf.Tensor, rows: tf.Tensor, weights: tf.Tensor, variable: tf.Variable,
+                     lr: tf.Tensor) -> tf.Tensor:
+        """Updates the slots' ``rows`` for their summed ``gradient`` and returns the new ``weights`` of the rows."""
+        raise NotImplementedError
+
+
+def _slot_update(slot: tf.Variable, rows: tf.Tensor, value_fn) -> tf.Tensor:
+    """Writes ``value_fn(slot[rows])`` to the slot's rows and returns it."""
+    new = value_fn(tf.gather(slot, rows))
+    slot.scatter_update(tf.IndexedSlices(new, rows))
+    return new
+
+
+@tf.keras.utils.register_keras_serializable(package="retrieval")
+class LazyAdam(_LazyRows, tf.keras.optimizers.Adam):
+    """Adam whose embedding-table steps touch only the looked-up rows (module docstring). Arguments: Adam's;
+    ``amsgrad`` and ``adaptive_epsilon`` are not supported on the sparse rows."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.amsgrad or self.adaptive_epsilon:
+            raise ValueError("LazyAdam supports neither amsgrad nor adaptive_epsilon")
+
+    def _sparse_step(self, gradient, rows, weights, variable, lr):
+        step = tf.cast(self.iterations + 1, variable.dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, variable.dtype), tf.cast(self.beta_2, variable.dtype)
+        alpha = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
+        index = self._index_dict[self._var_key(variable)]
+        m = _slot_update(self._momentums[index], rows, lambda old: old + (gradient - old) * (1 - beta_1))
+        v = _slot_update(self._velocities[index], rows, lambda old: old + (tf.square(gradient) - old) * (1 - beta_2))
+        return weights - (m * alpha) / (tf.sqrt(v) + self.epsilon)
+
+
+@tf.keras.utils.register_keras_serializable(package="retrieval")
+class LazyAdagrad(_LazyRows, tf.keras.optimizers.Adagrad):
+    """Adagrad whose embedding-table steps (weight decay included) touch only the looked-up rows. Arguments:
+    Adagrad's."""
+
+    def _sparse_step(self, gradient, rows, weights, variable, lr):
+        accumulator = self._accumulators[self._index_dict[self._var_key(variable)]]
+        total = _slot_update(accumulator, rows, lambda old: old + tf.square(gradient))
+        return weights - lr * gradient / tf.sqrt(total + self.epsilon)
