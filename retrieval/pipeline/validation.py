@@ -157,6 +157,7 @@ RULES: dict[str, Rule] = {
     "train.ps_min_shard_bytes": integer(1, 1 << 40),
     "train.seed": SEED,
     "train.jit_compile": one_of(settings.JIT_COMPILE),
+    "train.sparse_updates": one_of(settings.SPARSE_UPDATES),
     # item2vec (retrieval/models/item2vec.py, default_item2vec_config)
     "item2vec.dim": DIM,
     "item2vec.window": integer(1, MAX_HISTORY),
