@@ -343,6 +343,92 @@ def in_batch_logistic(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[t
     return _weighted(logistic_from_logits(positive_logit, negative_logits), sample_weight)
 
 
+def _in_batch_negatives(name: str, query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf.Tensor],
+                        candidate_ids: Optional[tf.Tensor], temperature: float,
+                        extra_negatives: Optional[tf.Tensor], extra_log_q: Optional[tf.Tensor],
+                        extra_ids: Optional[tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(positive logit [B], negative logits [B, B+E], is_negative [B, B+E])`` of ``_in_batch_logits``: a row's own
+    column and its accidental hits are not negatives (their logits are ``LARGE_NEGATIVE`` in the second output)."""
+    logits, diagonal = _in_batch_logits(name, query, candidates, log_q, candidate_ids, temperature, extra_negatives,
+                                        extra_log_q, extra_ids)
+    positive_logit = tf.linalg.diag_part(logits[:, :tf.shape(query)[0]])
+    negative_logits = tf.where(diagonal, LARGE_NEGATIVE, logits)
+    return positive_logit, negative_logits, tf.not_equal(negative_logits, LARGE_NEGATIVE)
+
+
+def in_batch_bilateral_softmax(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf.Tensor] = None,
+                               candidate_ids: Optional[tf.Tensor] = None, temperature: float = 1.0,
+                               negative_weight: float = 1.0, extra_negatives: Optional[tf.Tensor] = None,
+                               extra_log_q: Optional[tf.Tensor] = None,
+                               extra_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """Bilateral softmax loss (BSL; Wu et al. 2023, "BSL: Understanding and Improving Softmax Loss for
+    Recommendation", the authors' ``reweight`` mode) over the batch's negatives, with the log-Q correction of
+    ``in_batch_softmax``:
+
+        l_ij = q_i . c_j / T - log Q(c_j)
+        loss_i = -l_ii + w * log sum_{j != i, not a hit} exp(l_ij)
+
+    The positive is not in the sum (as in the reference), and ``w`` (their ``tau_2``, about 1.1-1.2) weighs the
+    negatives' log-partition against the positive: the optimum over a user's positives is then a softmax at a
+    temperature ``w`` times flatter than the negatives' one, the positive-side robustness (DRO) of the paper.
+    With ``w = 1`` and the positive put back in the sum it is ``in_batch_softmax``. A constant common to every
+    ``log Q`` shifts the loss by a constant only. A row with no negative (a batch of one) has only ``-l_ii``.
+
+    Args:
+      query, candidates, log_q, candidate_ids, temperature, extra_negatives, extra_log_q, extra_ids: as
+        ``in_batch_softmax``.
+      negative_weight: ``w > 0``.
+
+    Returns:
+      ``[B]`` float32 per-example loss.
+    """
+    positive_logit, negative_logits, is_negative = _in_batch_negatives(
+        "in_batch_bilateral_softmax", query, candidates, log_q, candidate_ids, temperature, extra_negatives,
+        extra_log_q, extra_ids)
+    log_partition = tf.where(tf.reduce_any(is_negative, axis=1), tf.reduce_logsumexp(negative_logits, axis=1), 0.0)
+    return negative_weight * log_partition - positive_logit
+
+
+def in_batch_cosine_contrastive(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf.Tensor] = None,
+                                candidate_ids: Optional[tf.Tensor] = None, margin: float = 0.9,
+                                negative_weight: float = 1.0, extra_negatives: Optional[tf.Tensor] = None,
+                                extra_log_q: Optional[tf.Tensor] = None,
+                                extra_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
+    """Cosine contrastive loss (CCL; Mao et al. 2021, "SimpleX", eq. 1) with the batch (and the extras) as the
+    negatives, importance-weighted to the uniform negatives CCL is defined with:
+
+        loss_i = (1 - s_ii) + w * sum_j pi_ij max(0, s_ij - m),   pi_ij = (1 / Q(c_j)) / sum_k (1 / Q(c_k))
+
+    over the row's negatives ``j`` (not its own column, not an accidental hit); ``s = q . c``, a cosine when both
+    towers are L2-normalised (no temperature). SimpleX averages over uniform negatives (``pi = 1 / |N|``); columns
+    drawn with expected count ``Q(c)`` (the batch: the item's frequency, mixed negatives: the mixture count of
+    ``sampling.mixture_log_q``) are re-weighted by ``1 / Q``, the self-normalised importance estimate of that
+    uniform mean (any scale common to every ``Q`` cancels). Without ``log_q`` the mean is plain. Only negatives
+    closer than the margin ``m`` are pushed away: the loss filters the many easy ones.
+
+    Args:
+      query, candidates, log_q, candidate_ids, extra_negatives, extra_log_q, extra_ids: as ``in_batch_softmax``.
+      margin: ``m`` in ``[-1, 1]``.
+      negative_weight: ``w >= 0``, the weight of the negatives' mean.
+
+    Returns:
+      ``[B]`` float32 per-example loss.
+    """
+    if extra_negatives is not None and (log_q is None) != (extra_log_q is None):
+        raise ValueError("in_batch_cosine_contrastive: with extra negatives, weight both column sets or neither "
+                         "(log_q and extra_log_q)")
+    positive, negatives, is_negative = _in_batch_negatives(
+        "in_batch_cosine_contrastive", query, candidates, None, candidate_ids, 1.0, extra_negatives, None, extra_ids)
+    if log_q is None:
+        importance = tf.zeros_like(negatives)
+    else:
+        all_log_q = _f32(log_q) if extra_log_q is None else tf.concat([_f32(log_q), _f32(extra_log_q)], axis=0)
+        importance = tf.broadcast_to(-all_log_q[None, :], tf.shape(negatives))
+    weights = tf.nn.softmax(tf.where(is_negative, importance, LARGE_NEGATIVE), axis=1)
+    pushed = tf.where(is_negative, tf.nn.relu(negatives - margin), 0.0)
+    return (1.0 - positive) + negative_weight * tf.reduce_sum(weights * pushed, axis=1)
+
+
 # ----- every item of the catalogue: full softmax, full logistic -----
 
 def _full_logits(query: tf.Tensor, item_embeddings: tf.Tensor, temperature: float, num_reserved: int,

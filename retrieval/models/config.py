@@ -10,7 +10,7 @@ from __future__ import annotations
 import ml_collections
 
 OBJECTIVES = ("sampled_softmax", "in_batch", "full_softmax", "nce", "negative_sampling", "sampled_logistic",
-              "full_logistic")
+              "full_logistic", "ccl", "bsl")
 NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "streaming")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
@@ -103,7 +103,18 @@ def default_config() -> ml_collections.ConfigDict:
     # ml-1m, 0.115-0.119 on Beauty); the sampled variants trail by ~0.01 on ml-1m. Pick nce when the score itself
     # must mean something (log P), negative_sampling only to trade recall for the tail (ml-1m: tail share 0.17 vs
     # 0.02, recall 0.18 vs 0.23), the full_* objectives only for small catalogues (few steps per second).
+    # Over the batch's negatives (plus num_negatives mixed ones), corrected like in_batch (docs/objectives.md):
+    # ccl: SimpleX's cosine contrastive loss (Mao et al. 2021): 1 - cos(u, pos) + negative_weight * the mean of
+    #   max(0, cos(u, neg) - margin), the mean importance-weighted by 1 / Q to the uniform negatives it is defined
+    #   with; no temperature (a cosine: keep l2_normalize).
+    # bsl: the bilateral softmax loss (Wu et al. 2023): -logit(pos) + negative_weight * log sum over the negatives of
+    #   exp(logit), logits s / T - log Q as in_batch.
     config.objective.name = "in_batch"
+    # ccl only: negatives whose cosine with the user is below the margin contribute nothing.
+    config.objective.margin = 0.9
+    # ccl: the weight of the negatives' (weighted) mean; bsl: the weight of the negatives' log-partition (tau_2 of
+    # the paper, 1.1-1.2 there; 1: a softmax without the positive in the denominator).
+    config.objective.negative_weight = 1.0
     # nce / negative_sampling / sampled_logistic only: where the negatives come from. "sampled": num_negatives drawn
     # by `sampler` (Q = its expected counts). "in_batch": the other positives of the batch are the noise (free: no
     # extra item-tower passes, and XLA-compilable), with log_q the correction (static: (B - 1) count / total, the

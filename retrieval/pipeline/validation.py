@@ -133,6 +133,8 @@ RULES: dict[str, Rule] = {
     "model.objective.estimator_alpha": number(0, 1, low_open=True),
     "model.objective.estimator_hashes": integer(1, 64),
     "model.objective.output_table": flag(),
+    "model.objective.margin": number(-1, 1),
+    "model.objective.negative_weight": number(0, 1e4),
     # train (retrieval/training.py, default_train_config)
     "train.epochs": EPOCHS,
     "train.batch_size": BATCH,
