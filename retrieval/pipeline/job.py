@@ -195,11 +195,12 @@ class TrainingJob:
             model = self._model if self._model is not None else self._fit_two_tower()[0]
             warm_start_lib.save_id_tables(model, self.paths)
             return {"steps": tuning["steps"], "best_metric": tuning["best_metric"], "best_epoch": tuning["best_epoch"],
-                    "stopped_early": tuning["stopped_early"], "tuning": tuning, "refit": False}
+                    "stopped_early": tuning["stopped_early"], "tuning": tuning, "refit": False,
+                    "sparse_updates": getattr(model.optimizer, "sparse_updates", False)}  # docs/sparse-updates.md
         model, fit_result = self._fit_two_tower()
         warm_start_lib.save_id_tables(model, self.paths)
         out = {"steps": fit_result.step, "best_metric": fit_result.best_metric, "best_epoch": fit_result.best_epoch,
-               "stopped_early": fit_result.stopped_early,
+               "stopped_early": fit_result.stopped_early, "sparse_updates": getattr(model.optimizer, "sparse_updates", False),
                "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
         if tuning is not None:
             out.update(tuning=tuning, refit=True, history=fit_result.history)
