@@ -108,7 +108,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            pooling=c.user_tower.pooling, user_vocab_size=user_vocab.size,
                            user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,
                            feature_embedding_dim=c.user_tower.feature_embedding_dim,
-                           use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize)
+                           use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize,
+                           user_id_gate=c.user_tower.user_id_gate)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,

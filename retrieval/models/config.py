@@ -77,6 +77,10 @@ def default_config() -> ml_collections.ConfigDict:
     # Width of a user-id embedding concatenated to the pooled history; 0: none (the model then generalises to users
     # it never saw, and unknown users get the same zero vector either way).
     config.user_tower.user_id_embedding_dim = 0
+    # With a user-id embedding: 0 concatenates it to the pooled history before the MLP; a gate g in (0, 1) adds it
+    # after the MLP instead, SimpleX's aggregation: u = g * e_user + (1 - g) * MLP(history, features), e_user then
+    # embedding_dim wide (user_id_embedding_dim only switches it on).
+    config.user_tower.user_id_gate = 0.0
     # Width of each categorical / multi-valued user feature embedding.
     config.user_tower.feature_embedding_dim = 16
     # Feed the example age (YoutubeDNN's freshness feature; 0 at serving) when the batches carry `example_age`.

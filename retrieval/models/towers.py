@@ -6,7 +6,9 @@ function scores a batch's positives, sampled negatives and the whole catalogue a
 User tower (Covington et al. 2016, "Deep Neural Networks for YouTube Recommendations", fig. 3): the watched items are
 embedded (with the item tower's id table or a separate one), pooled over the valid history positions (index >= 2;
 mean, or attention), concatenated with the user's features (gathered by user index, an optional user-id embedding)
-and the example age, and passed through a ReLU MLP to the item tower's dimension.
+and the example age, and passed through a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id
+embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, section 3.2):
+``u = g e_user + (1 - g) MLP(pooled history, features)``.
 """
 
 from __future__ import annotations
@@ -54,11 +56,15 @@ class UserTower(tf.keras.layers.Layer):
                  hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
                  user_id_embedding_dim: int = 0, features: Optional[Mapping[str, np.ndarray]] = None,
                  feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
-                 name: str = "user_tower"):
+                 user_id_gate: float = 0.0, name: str = "user_tower"):
         super().__init__(name=name)
         self.output_dim = int(output_dim)
         self.l2_normalize = bool(l2_normalize)
         self.use_example_age = bool(use_example_age)
+        # A gated user-id embedding is added to the output, so it has the output's width.
+        self.user_id_gate = float(user_id_gate) if user_id_embedding_dim > 0 else 0.0
+        if self.user_id_gate:
+            user_id_embedding_dim = self.output_dim
         self.history_embedding = history_embedding
         self.attention = AttentionPooling(init) if pooling == "attention" else None
         self.user_id_embedding = (
@@ -73,12 +79,15 @@ class UserTower(tf.keras.layers.Layer):
         mask = history >= MASK_BELOW
         watched = self.history_embedding(history)
         parts = [self.attention(watched, mask) if self.attention is not None else masked_mean(watched, mask)]
+        user_id = None
         if self.user_id_embedding is not None or self.features is not None:
             user = tf.cast(inputs["user"], tf.int32)
             if self.user_id_embedding is not None:
                 # Padding and unknown users get a zero vector, not an untrained row.
                 known = tf.cast(user >= MASK_BELOW, tf.float32)[:, tf.newaxis]
-                parts.append(self.user_id_embedding(user) * known)
+                user_id = self.user_id_embedding(user) * known
+                if not self.user_id_gate:
+                    parts.append(user_id)
             if self.features is not None:
                 parts.append(self.features(user))
         if self.use_example_age:
@@ -86,4 +95,6 @@ class UserTower(tf.keras.layers.Layer):
             age = tf.zeros(tf.shape(history)[:1]) if age is None else tf.cast(age, tf.float32)
             parts.append(age[:, tf.newaxis])
         x = self.mlp(tf.concat(parts, axis=-1))
+        if self.user_id_gate:
+            x = self.user_id_gate * user_id + (1.0 - self.user_id_gate) * x
         return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x

@@ -120,6 +120,7 @@ RULES: dict[str, Rule] = {
     "model.user_tower.history_embedding_dim": DIM,
     "model.user_tower.pooling": one_of(model_config.POOLINGS),
     "model.user_tower.user_id_embedding_dim": integer(0, MAX_DIM),
+    "model.user_tower.user_id_gate": number(0, 1, high_open=True),
     "model.user_tower.feature_embedding_dim": DIM,
     "model.user_tower.use_example_age": flag(),
     "model.user_tower.hidden_units": integers(1, 4 * MAX_DIM),
