@@ -39,9 +39,9 @@ def main(argv):
     from retrieval.pipeline.job import TrainingJob  # TensorFlow loads only now: every check above answers in seconds
 
     job = TrainingJob(_CONFIG.value, _OUTPUT_DIR.value, run_id, force=_FORCE.value)
+    print(f"run directory: {job.paths.root}", flush=True)  # first, so a scheduler's alert can name a failed run
     outcome = job.run()
     logging.info("published %s", outcome.run_dir)
-    print(f"run directory: {outcome.run_dir}")
     print(f"published: {job.model_dir.root / 'latest'} -> {job.run_id}")
     report = job.paths.report
     if report.exists():
