@@ -54,9 +54,11 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.eval.ks = (10, 20, 50, 100)
     # Exclude each user's training items from the ranking ("seen excluded"; the standard protocol).
     config.eval.exclude_train = True
-    # Baselines computed in the same run for the report: most_popular, random, item_knn, ease (EASE^R, skipped above
-    # 20k items: it needs the dense item x item matrix).
+    # Baselines computed in the same run for the report: most_popular, random, item_knn, ease (EASE^R: skipped, with
+    # the reason logged and recorded, when its dense item x item matrix does not fit eval.baseline_memory_mb).
     config.eval.baselines = ("most_popular", "random", "item_knn", "ease")
+    # Memory (MiB) a baseline may take: EASE^R needs about 8 * items^2 bytes (4096: up to about 20k items).
+    config.eval.baseline_memory_mb = 4096
     # EASE^R's L2 weight lambda (Steck 2019; 500 suits MovieLens-sized data).
     config.eval.ease_lambda = 500.0
     # Bootstrap resamples over users for the 95% intervals (0: none).
@@ -87,6 +89,11 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     config.publish = ml_collections.ConfigDict()
     # Finished runs to keep in the model directory (the published one is always kept).
     config.publish.keep_last = 5
-    # Initialise from the published run: known ids keep their embeddings, new ids start fresh.
+    # Initialise from the lineage's published run: known ids keep their embeddings, new ids start fresh.
     config.publish.warm_start = False
+    # Lineage of the run (docs/operations.md): the gate compares a run only with its lineage's published run, and
+    # `latest` moves only with runs of its own lineage (others publish to lineages/<lineage>/latest). Empty: derived
+    # from the data source (data-<digest of the input paths and columns>); name it when the input path changes
+    # from run to run (dated files) or to keep two datasets apart under one path.
+    config.publish.lineage = ""
     return config

@@ -70,6 +70,9 @@ def default_train_config() -> ml_collections.ConfigDict:
     # (tf.distribute.experimental.partitioners.MinSizePartitioner).
     config.ps_shards = 0
     config.ps_min_shard_bytes = 256 << 10
+    # parameter_server: seconds the chief waits for a lost ps task, or for any worker when none is reachable, before
+    # it stops with exit 2 (the run keeps its last checkpoint: restart the tasks and rerun the run id to resume).
+    config.ps_timeout_s = 120.0
     # Seed of the shuffling (the pipelines set it from the top-level `seed`).
     config.seed = 42
     # XLA-compile the training step: "auto" (on when the objective samples no negatives (in-batch without extra

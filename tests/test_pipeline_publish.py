@@ -103,13 +103,13 @@ def test_publish_switches_latest_atomically(tmp_path):
     for run_id in ("r1", "r2"):
         (tmp_path / run_id).mkdir()
     assert model_dir.latest_run_id() is None
-    model_dir.publish("r1")
+    model_dir.publish("r1", "L")
     assert model_dir.latest_run_id() == "r1"
-    model_dir.publish("r2")
+    model_dir.publish("r2", "L")
     assert os.readlink(tmp_path / "latest") == "r2"
     assert model_dir.latest().root == tmp_path / "r2"
     with pytest.raises(FileNotFoundError):
-        model_dir.publish("missing")
+        model_dir.publish("missing", "L")
 
 
 def test_retention_keeps_latest_and_unfinished(tmp_path):
@@ -119,11 +119,11 @@ def test_retention_keeps_latest_and_unfinished(tmp_path):
         _finish(model_dir, f"r{i}")
         os.utime(model_dir.run_paths(f"r{i}").stages / "gate.json", (1000 + i, 1000 + i))
     (tmp_path / "in_progress").mkdir()
-    model_dir.publish("r0")
+    model_dir.publish("r0", "L")
     removed = model_dir.retain(keep_last=2)
     assert sorted(removed) == ["r1", "r2"]
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
-        "in_progress", "latest", "r0", "r3", "r4"]
+        "in_progress", "latest", "lineages", "r0", "r3", "r4"]
 
 
 def test_retention_orders_runs_by_finish_time_not_by_name(tmp_path):
@@ -133,7 +133,7 @@ def test_retention_orders_runs_by_finish_time_not_by_name(tmp_path):
         (tmp_path / run_id).mkdir()
         _finish(model_dir, run_id)
         os.utime(model_dir.run_paths(run_id).stages / "gate.json", (1000 + finished_at, 1000 + finished_at))
-    model_dir.publish("20240101T000000")
+    model_dir.publish("20240101T000000", "L")
     assert model_dir.finished_runs() == ["20240101T010000", "20240101T020000", "20240101T000000"]
     assert model_dir.retain(keep_last=2) == ["20240101T010000"]
     assert not (tmp_path / "20240101T010000").exists() and (tmp_path / "20240101T020000").exists()
@@ -181,7 +181,7 @@ def test_latest_never_goes_missing_while_switched(tmp_path):
     model_dir = ModelDirectory(tmp_path)
     for run_id in ("r1", "r2"):
         (tmp_path / run_id).mkdir()
-    model_dir.publish("r1")
+    model_dir.publish("r1", "L")
     ctx = multiprocessing.get_context("spawn")
     ready, stop, counts = ctx.Event(), ctx.Event(), ctx.Array("q", 2)
     reader = ctx.Process(target=_poll_latest, args=(tmp_path, ready, stop, counts))
@@ -191,7 +191,7 @@ def test_latest_never_goes_missing_while_switched(tmp_path):
         assert ready.wait(20)
         # Switch SWITCHES times and on until the reader (on a loaded machine maybe slow to run) has read as often.
         while (switches < SWITCHES or counts[0] < SWITCHES) and time.monotonic() < deadline:
-            model_dir.publish(("r2", "r1")[switches % 2])
+            model_dir.publish(("r2", "r1")[switches % 2], "L")
             switches += 1
     finally:
         stop.set()

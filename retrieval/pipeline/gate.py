@@ -8,7 +8,11 @@ Three checks, all on the evaluation's flat metrics (``"recall@20"``, ...):
   scores at or below popularity, while any absolute floor is either too low for one dataset or too high for another;
   the baseline moves with the data. ``min_lift`` :data:`OFF` (-1) turns the check off; a missing baseline refuses;
 * regression: for each compared metric, ``new >= (1 - max_regression) * published``, where ``published`` is the
-  metric of the run that ``latest`` points to (skipped when nothing is published yet).
+  metric of the published run of the same lineage (``identity.lineage_of``: the same data source; skipped when the
+  lineage has published nothing yet), never of a run trained and evaluated on other data;
+
+and one that no metric can pass: a run that may not be published whatever it measures (``unpublishable``, e.g. a
+tuning run scored on its validation data, ``identity.validation_scored``).
 """
 
 from __future__ import annotations
@@ -60,10 +64,11 @@ def lift_over_popular(metrics: Mapping[str, float], popular: Mapping[str, float]
 
 def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: Optional[Mapping[str, float]],
           compare: Sequence[str], max_regression: float, min_lift_over_popular: float = OFF,
-          popular: Optional[Mapping[str, float]] = None) -> GateDecision:
+          popular: Optional[Mapping[str, float]] = None, unpublishable: Optional[str] = None) -> GateDecision:
     """Returns whether ``metrics`` pass the floors, the lift over ``popular`` (the most-popular baseline's metrics,
-    see :func:`popular_metrics`) and the regression check against ``published``."""
-    reasons = []
+    see :func:`popular_metrics`) and the regression check against ``published``; ``unpublishable``: why the run may
+    not be published at all (refused first, with that reason)."""
+    reasons = [unpublishable] if unpublishable else []
     for name, floor in floors.items():
         value = metrics.get(name)
         if value is None:

@@ -144,6 +144,7 @@ class TrainingJob:
                 "run_id": self.run_id, "version": self.run_id, "model_name": c.name, "model_type": self.model_type,
                 "seed": c.seed, "package_version": retrieval.__version__, "packages": provenance.package_versions(),
                 "git_revision": provenance.git_revision(), "data_fingerprint": run_identity.data,
+                "lineage": identity.lineage_of(c).as_dict(),
                 "fingerprint": run_identity.digest, "status": "running",
             })
 
@@ -170,7 +171,8 @@ class TrainingJob:
 
     def _warm_start_source(self) -> Optional[artifacts.RunPaths]:
         """The published run whose vocabularies (and id tables) a warm start keeps (``publish.warm_start``)."""
-        previous = self.model_dir.latest() if self.config.publish.warm_start else None
+        lineage = identity.lineage_of(self.config).name
+        previous = self.model_dir.published(lineage) if self.config.publish.warm_start else None
         return previous if previous is not None and previous.item_vocab.exists() else None
 
     def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
@@ -350,20 +352,27 @@ class TrainingJob:
 
     def _gate(self, metrics: dict) -> dict:
         g = self.config.gate
-        latest = self.model_dir.latest()
+        latest = self.model_dir.published(identity.lineage_of(self.config).name)  # never another dataset's run
         published = None
         if latest is not None and latest.root != self.paths.root and latest.metrics.exists():
             published = artifacts.read_json(latest.metrics)
         evaluation = artifacts.read_json(self.paths.metrics) if self.paths.metrics.exists() else {}
         decision = gate.check(metrics, _floors(g.floors), published, tuple(g.compare), g.max_regression,
-                              g.min_lift_over_popular, gate.popular_metrics(evaluation))
+                              g.min_lift_over_popular, gate.popular_metrics(evaluation),
+                              identity.validation_scored(self.config, self._data_digests()))
         if decision.passed:
             logging.info("gate passed%s", f" against {latest.root.name}" if published else " (nothing published)")
         else:
             logging.error("gate refused: %s", "; ".join(decision.reasons))
         return decision.as_dict()
 
+    def _data_digests(self) -> dict:
+        """The input files' SHA-256 by path, as the run recorded them when it started."""
+        return artifacts.read_json(self.paths.manifest).get("data_fingerprint") or {}
+
     def _publish(self) -> dict:
-        self.model_dir.publish(self.run_id)
+        lineage = identity.lineage_of(self.config).name
+        production = self.model_dir.publish(self.run_id, lineage)
         removed = self.model_dir.retain(self.config.publish.keep_last)
-        return {"latest": self.run_id, "removed": removed}
+        return {"latest": self.run_id, "lineage": lineage, "production": production, "removed": removed,
+                "link": str(self.model_dir.lineage_dir(lineage).relative_to(self.model_dir.root) / "latest")}

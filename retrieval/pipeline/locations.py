@@ -21,7 +21,8 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NAME_RULE = "1-128 characters among letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
 RUN_MARKERS = ("config.json", "manifest.json")  # a directory holding both is a run directory
 LATEST = "latest"  # the published-run link of a model directory (retrieval.pipeline.publish)
-RESERVED_NAMES = (LATEST,)
+LINEAGES = "lineages"  # the directory of each lineage's published-run link (retrieval.pipeline.publish)
+RESERVED_NAMES = (LATEST, LINEAGES)
 # Kernel interfaces mounted like directories: writing a run there fails half-way (or worse, writes kernel settings).
 PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",
                                 "tracefs", "pstore", "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs"})
@@ -34,11 +35,11 @@ def new_run_id() -> str:
 
 
 def check_name(name: object, field: str) -> None:
-    """``name`` can be a run id or a model name: one safe path component, not ``latest``."""
+    """``name`` can be a run id or a model name: one safe path component, not ``latest`` or ``lineages``."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
         raise InputError(f"{name!r} is not a valid name: use {NAME_RULE}", field=field)
     if name in RESERVED_NAMES:
-        raise InputError(f"{name!r} is reserved (the link to the published run)", field=field)
+        raise InputError(f"{name!r} is reserved (the published runs' links of a model directory)", field=field)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -96,6 +96,7 @@ RULES: dict[str, Rule] = {
     "eval.bootstrap": integer(0, 100_000),  # resamples: 1000 give 95% intervals
     "eval.ease_lambda": number(0, 1e12, low_open=True),
     "eval.max_users": integer(0, COUNT),
+    "eval.baseline_memory_mb": number(1, 1 << 30),
     "index.factory": text(nonempty=True),
     "index.recall_floor": number(0, 1),
     "index.recall_k": integer(1, MAX_K),
@@ -105,6 +106,7 @@ RULES: dict[str, Rule] = {
     "gate.min_lift_over_popular": number(gate.OFF, 1e6),
     "publish.keep_last": integer(0, COUNT),
     "publish.warm_start": flag(),
+    "publish.lineage": text(pattern=f"(?:{locations.NAME_PATTERN.pattern})?", pattern_doc=f"empty or {locations.NAME_RULE}"),
     # model (retrieval/models/config.py; configs/item2vec.py keeps max_history only)
     "model.embedding_dim": DIM,
     "model.temperature": number(0, 1e3, low_open=True),
@@ -158,6 +160,7 @@ RULES: dict[str, Rule] = {
     "train.strategy": one_of(settings.STRATEGIES),
     "train.ps_shards": integer(0, 4096),
     "train.ps_min_shard_bytes": integer(1, 1 << 40),
+    "train.ps_timeout_s": number(0, 86_400, low_open=True),
     "train.seed": SEED,
     "train.jit_compile": one_of(settings.JIT_COMPILE),
     "train.sparse_updates": one_of(settings.SPARSE_UPDATES),
