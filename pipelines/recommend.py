@@ -1,6 +1,7 @@
 """Batch inference: the top-k items for every user of a run (or for a given list of users), as Parquet.
 
     python -m pipelines.recommend --run_dir=artifacts/two_tower/latest --k=100 --output=recs.parquet [--users=ids.txt]
+    python -m pipelines.recommend --run_dir=artifacts/two_tower --lineage=lastfm ...   # a lineage's published run
     python -m pipelines.recommend --run_dir=... --output=recs/ --sharded   # recs/part-00000.parquet, ... per chunk
 
 Output columns: ``user_id`` (string), ``item_ids`` (list<string>, original ids, best first), ``scores``
@@ -9,6 +10,7 @@ Output columns: ``user_id`` (string), ``item_ids`` (list<string>, original ids, 
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 from absl import flags
@@ -19,6 +21,8 @@ from retrieval.pipeline import locations
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
                                "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")
+_LINEAGE = flags.DEFINE_string("lineage", None, "With --run_dir a model directory: read the published run of this "
+                               "lineage (<run_dir>/lineages/<lineage>/latest) instead of <run_dir>/latest.")
 _K = flags.DEFINE_integer("k", 100, "Number of items per user.")
 _OUTPUT = flags.DEFINE_string("output", None, "Parquet file to write (atomically), or with --sharded a directory.")
 _SHARDED = flags.DEFINE_bool("sharded", False, "Write --output as a directory of Parquet files, one per chunk of "
@@ -41,7 +45,10 @@ def main(argv: Sequence[str]) -> None:
         raise InputError(f"--k must be at least 1, got {_K.value}", field="k")
     if _CHUNK_USERS.value < 1:
         raise InputError(f"--chunk_users must be at least 1, got {_CHUNK_USERS.value}", field="chunk_users")
-    locations.check_input(_RUN_DIR.value, "run_dir", kind="dir")
+    run_dir = _RUN_DIR.value
+    if _LINEAGE.value:
+        run_dir = os.path.join(locations.lineage_dir(run_dir, _LINEAGE.value), locations.LATEST)
+    locations.check_input(run_dir, "run_dir", kind="dir")
     if _USERS.value:
         locations.check_input(_USERS.value, "users")
     if _SHARDED.value:
@@ -51,7 +58,7 @@ def main(argv: Sequence[str]) -> None:
     from retrieval.evaluation import inference  # TensorFlow loads only now: --help and flag errors stay instant
 
     users = inference.read_user_list(_USERS.value) if _USERS.value else None
-    tables = inference.recommend_chunks(_RUN_DIR.value, k=_K.value, user_ids=users,
+    tables = inference.recommend_chunks(run_dir, k=_K.value, user_ids=users,
                                         exclude_train=not _INCLUDE_TRAIN.value, chunk_users=_CHUNK_USERS.value)
     written = inference.write_recommendations(tables, _OUTPUT.value, sharded=_SHARDED.value)
     print(f"wrote top-{_K.value} items for {written} users to {_OUTPUT.value}")

@@ -17,6 +17,7 @@ from absl import flags
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
 from retrieval.errors import InputError
+from retrieval.pipeline import locations
 from retrieval.serving import batcher
 from retrieval.serving.app import Limits
 from retrieval.serving.canary import Canary
@@ -26,6 +27,8 @@ from retrieval.serving.workers import ServeSettings, serve
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A run directory, or a model directory whose 'latest' link names the published "
                                      "run (watched: the server swaps to a newly published run without downtime).")
+flags.DEFINE_string("lineage", None, "With --run_dir a model directory: serve (and follow) the published run of "
+                                     "this lineage (<run_dir>/lineages/<lineage>) instead of <run_dir>/latest.")
 flags.DEFINE_string("host", "127.0.0.1", "Interface to bind (0.0.0.0 exposes the server to the network).")
 flags.DEFINE_integer("port", 8000, "TCP port (0 picks a free one).")
 flags.DEFINE_float("reload_interval_s", 5.0, "Seconds between checks of 'latest' for a new run (0 disables reload).")
@@ -58,7 +61,8 @@ def main(argv: Sequence[str]) -> None:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
     limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
                     max_body_bytes=FLAGS.max_body_bytes)
-    settings = ServeSettings(FLAGS.run_dir, FLAGS.host, FLAGS.port, FLAGS.reload_interval_s, limits,
+    run_dir = locations.lineage_dir(FLAGS.run_dir, FLAGS.lineage) if FLAGS.lineage else FLAGS.run_dir
+    settings = ServeSettings(run_dir, FLAGS.host, FLAGS.port, FLAGS.reload_interval_s, limits,
                              FLAGS.faiss_threads or None, FLAGS.batch_max_size, FLAGS.batch_max_wait_ms / 1000,
                              FLAGS.read_timeout_s, FLAGS.canary_users, FLAGS.canary_recall_floor, FLAGS.mmap_index,
                              FLAGS.log_level)

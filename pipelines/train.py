@@ -42,7 +42,10 @@ def main(argv):
     print(f"run directory: {job.paths.root}", flush=True)  # first, so a scheduler's alert can name a failed run
     outcome = job.run()
     logging.info("published %s", outcome.run_dir)
-    print(f"published: {job.model_dir.root / 'latest'} -> {job.run_id}")
+    published = job.stages.summary("publish") or {}
+    links = (["latest"] if published.get("production", True) else []) + [published.get("link")]
+    for link in filter(None, links):  # latest only with a run of production's lineage (docs/operations.md)
+        print(f"published: {job.model_dir.root / link} -> {job.run_id}")
     report = job.paths.report
     if report.exists():
         print(report.read_text())

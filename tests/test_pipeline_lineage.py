@@ -114,3 +114,18 @@ def test_lineages_is_not_a_run_id(name):
 
     with pytest.raises(InputError, match="reserved"):
         locations.check_name(name, "run_id")
+
+
+def test_lineage_dir_is_what_the_server_and_recommend_read(tmp_path):
+    from retrieval.errors import InputError
+    from retrieval.pipeline import locations
+
+    model_dir = ModelDirectory(tmp_path)
+    _run(model_dir, "b1", "lastfm")
+    with pytest.raises(InputError, match="no published run of lineage 'lastfm' \\(lineages there: none\\)"):
+        locations.lineage_dir(str(tmp_path), "lastfm")
+    model_dir.publish("b1", "lastfm")
+    source = locations.lineage_dir(str(tmp_path), "lastfm")
+    assert os.path.realpath(os.path.join(source, "latest")) == str(tmp_path / "b1")
+    with pytest.raises(InputError, match="lineages there: lastfm"):
+        locations.lineage_dir(str(tmp_path), "ml-1m")

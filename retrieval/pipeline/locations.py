@@ -42,6 +42,19 @@ def check_name(name: object, field: str) -> None:
         raise InputError(f"{name!r} is reserved (the published runs' links of a model directory)", field=field)
 
 
+def lineage_dir(model_dir: str, lineage: str, field: str = "lineage") -> str:
+    """The directory whose ``latest`` link names lineage ``lineage``'s published run in the model directory
+    ``model_dir`` (``<model_dir>/lineages/<lineage>``: the server watches it like a model directory); InputError
+    naming the lineages there when it has none."""
+    check_name(lineage, field)
+    path = Path(model_dir) / LINEAGES / lineage
+    if not (path / LATEST).exists():
+        known = sorted(p.name for p in (Path(model_dir) / LINEAGES).glob("*") if (p / LATEST).exists())
+        raise InputError(f"{model_dir} has no published run of lineage {lineage!r} (lineages there: "
+                         f"{', '.join(known) or 'none'})", field=field)
+    return str(path)
+
+
 def _nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
