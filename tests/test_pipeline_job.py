@@ -5,6 +5,7 @@ Runs in-process where possible (one TensorFlow import); the crash and concurrenc
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -134,13 +135,24 @@ def test_cli_reports_bad_input_in_one_line(log_path, tmp_path):
     assert "customer" in result.stderr and "Traceback" not in result.stderr
 
 
+def registered_checkpoints(directory: Path) -> list:
+    """Checkpoints TensorFlow has registered in ``directory``'s ``checkpoint`` state file (written by
+    ``CheckpointManager.save`` after the checkpoint's files are complete) whose index file is there: the ones a
+    resume can use. A ``ckpt-N.index`` file alone may belong to a save still in progress."""
+    state = directory / "checkpoint"
+    if not state.exists():
+        return []
+    names = re.findall(r'all_model_checkpoint_paths: "([^"]+)"', state.read_text())
+    return [name for name in names if (directory / f"{Path(name).name}.index").exists()]
+
+
 def _wait_for_checkpoint(directory: Path, process: subprocess.Popen, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
-        if any(directory.glob("ckpt-*.index")):
+        if registered_checkpoints(directory):
             return
         time.sleep(0.2)
-    raise AssertionError(f"no checkpoint appeared in {directory} (exit {process.poll()})")
+    raise AssertionError(f"no registered checkpoint appeared in {directory} (exit {process.poll()})")
 
 
 def test_kill_during_training_then_rerun_publishes_once(log_path, tmp_path):
