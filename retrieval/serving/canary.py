@@ -13,7 +13,14 @@ and refuses it (``CanaryError``) unless:
   cannot pass by chance (its expected recall is about k / N). The default floor, 0.9, sits below the build-time floor
   (0.95 at k = 100 on held-out users) to leave room for the noise of a small sample;
 * the request path (``recommend_batch`` for the sample users and one cold-start request, ``similar``) answers with
-  finite scores.
+  finite scores;
+* what the tower says is right (:meth:`Canary.check_quality`): the run's held-out items (``data/test.parquet``) of up
+  to ``quality_users`` check users, asked through the request path (stored history, seen items excluded), reach a
+  recall@k of at least ``floor = max(quality_fraction * reference, 2 * k / catalogue) - 2 * se``. The reference is
+  the run's own evaluated recall@k (``metrics.json``), else most-popular's on the same users; ``2 k / catalogue`` is
+  twice what random vectors reach (so a tower of random finite vectors, or one from another run, is refused even
+  where popularity is weak); ``se``, the standard error of the check users' mean recall, keeps sampling noise from
+  refusing a good run. Runs without held-out data skip this check (reported as skipped).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
+from retrieval.artifacts import RunPaths, read_json
+from retrieval.data import readers
 from retrieval.errors import InputError
 from retrieval.index.factory import prepare_vectors
 from retrieval.index.selfcheck import RecallProbe
@@ -32,6 +41,7 @@ from retrieval.serving.run_index import user_queries
 
 T = TypeVar("T")
 MAX_ERROR_CHARS = 300
+MIN_QUALITY_USERS = 10  # check users with held-out items below which the quality check is skipped (too noisy)
 _TF_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces", "[[")
 
 
@@ -65,6 +75,9 @@ class Canary:
     recall_floor: float = 0.9
     max_k: int = 100
     seed: int = 0
+    quality_users: int = 500
+    quality_fraction: float = 0.5
+    quality_k: int = 20  # the cut-off of the quality check, when the run's metrics.json reports it
 
     def __call__(self, generator: CandidateGenerator) -> dict:
         start = time.perf_counter()
@@ -97,7 +110,8 @@ class Canary:
                               f"item_embeddings.parquet on {users} sample users, below the canary floor "
                               f"{self.recall_floor}; rebuild the run's index")
         self._check_requests(generator)
-        return {"users": users, "k": k, "recall": round(recall, 4), "floor": self.recall_floor,
+        quality = self.check_quality(generator)
+        return {"users": users, "k": k, "recall": round(recall, 4), "floor": self.recall_floor, "quality": quality,
                 "seconds": round(time.perf_counter() - start, 3)}
 
     def _check_requests(self, generator: CandidateGenerator) -> None:
@@ -109,3 +123,77 @@ class Canary:
             generator.similar(str(generator.index.id_map.item_ids[0]), k)])
         if not all(np.isfinite(result.scores).all() for result in results):
             raise CanaryError("a sample request returns non-finite scores")
+
+    def check_quality(self, generator: CandidateGenerator) -> dict:
+        """Recall@k of the served answers on the run's held-out items (module docstring); returns ``users``, ``k``,
+        ``recall``, ``reference`` (and where it comes from) and ``floor``, or ``skipped`` with the reason; raises
+        ``CanaryError`` below the floor."""
+        paths = RunPaths(generator.run_dir) if generator.run_dir is not None else None
+        if paths is None or not paths.test_data.is_file():
+            return {"skipped": "the run has no data/test.parquet"}
+        users, relevant = _held_out(generator, paths, self.quality_users, self.seed)
+        if len(users) < MIN_QUALITY_USERS:
+            return {"skipped": f"{len(users)} training users have held-out catalogue items (fewer than "
+                               f"{MIN_QUALITY_USERS})"}
+        evaluated = read_json(paths.metrics) if paths.metrics.is_file() else {}
+        k = _cut_off(evaluated, self.quality_k, len(generator.index))
+        answers = _attempt("a held-out request", lambda: generator.recommend_batch(list(users), k=k))
+        recall = np.array([len(set(a.item_ids.tolist()) & wanted) / len(wanted)
+                           for a, wanted in zip(answers, relevant, strict=True)])
+        if isinstance(evaluated.get(f"recall@{k}"), (int, float)):
+            reference, source = float(evaluated[f"recall@{k}"]), "the run's evaluated recall"
+        else:
+            reference, source = _popular_recall(generator, users, relevant, k), "most-popular on the same users"
+        chance = 2.0 * k / len(generator.index)
+        se = float(recall.std(ddof=1) / np.sqrt(len(recall)))
+        floor = max(self.quality_fraction * reference, chance) - 2.0 * se
+        measured = {"users": len(users), "k": k, "recall": round(float(recall.mean()), 4),
+                    "reference": round(reference, 4), "reference_source": source, "floor": round(floor, 4)}
+        if recall.mean() < floor:
+            raise CanaryError(
+                f"the user tower's answers reach recall@{k} = {recall.mean():.4f} on the held-out items of "
+                f"{len(users)} training users, below the canary floor {floor:.4f} (max of {self.quality_fraction:g} x "
+                f"{source} {reference:.4f} and twice chance {chance:.4f}, less 2 standard errors): the user tower "
+                "does not match this run's items")
+        return measured
+
+
+def _held_out(generator: CandidateGenerator, paths: RunPaths, count: int, seed: int) -> tuple[list, list]:
+    """Up to ``count`` training users (a seeded sample) with held-out catalogue items they have not trained on, and
+    those items (sets of ids); only the sampled users' test rows are read."""
+    histories = generator.histories
+    rows = histories.sample(4 * count, seed)
+    test = readers.read_run_interactions(paths.test_data, histories.user_ids[rows].astype(str).tolist())
+    by_user = test.groupby("user_id")["item_id"].agg(set).to_dict() if len(test) else {}
+    catalogue = generator.index.id_map
+    users, relevant = [], []
+    for row in rows:
+        user = str(histories.user_ids[row])
+        wanted = sorted(by_user.get(user, ()))
+        known = {item for item, index in zip(wanted, catalogue.indices_of(wanted), strict=True) if index >= 0}
+        known -= set(catalogue.ids_of(histories.history(row)).tolist())
+        if known:
+            users.append(user)
+            relevant.append(known)
+        if len(users) == count:
+            break
+    return users, relevant
+
+
+def _cut_off(evaluated: dict, preferred: int, catalogue: int) -> int:
+    """``preferred`` when the run's evaluation reports recall at it, else its smallest reported cut-off, else
+    ``preferred`` bounded by a tenth of the catalogue (so that chance stays low)."""
+    reported = sorted(int(key.split("@")[1]) for key in evaluated if key.startswith("recall@") and
+                      key.split("@")[1].isdigit())
+    if reported:
+        return preferred if preferred in reported else reported[0]
+    return max(1, min(preferred, catalogue // 10))
+
+
+def _popular_recall(generator: CandidateGenerator, users: list, relevant: list, k: int) -> float:
+    """Most-popular's mean recall@k on ``users``: the server's cold-start answer, their training items excluded."""
+    histories, id_map = generator.histories, generator.index.id_map
+    seen = [id_map.ids_of(histories.history(row)).tolist() for row in histories.rows_of(users)]
+    answers = generator.recommend_batch([None] * len(users), excludes=seen, k=k)
+    return float(np.mean([len(set(a.item_ids.tolist()) & wanted) / len(wanted)
+                          for a, wanted in zip(answers, relevant, strict=True)]))
