@@ -119,19 +119,27 @@ def _runs_and_alerts(command: str, tmp_path: Path, log: Path) -> None:
     assert "ALERT retrieval training bad_input (exit 2): error: field 'config.data.train_path'" in output
 
 
-def _fenced(language: str) -> list[str]:
-    text = (ROOT / "docs" / "scheduling.md").read_text()
+def _fenced(language: str, page: str = "scheduling.md") -> list[str]:
+    text = (ROOT / "docs" / page).read_text()
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-def test_the_crontab_line_works_as_written(tmp_path):
-    (block,) = _fenced("cron")
-    (line,) = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+CRON_LINES = [(page.name, line) for page in sorted((ROOT / "docs").glob("*.md"))
+              for block in _fenced("cron", page.name) for line in block.splitlines()
+              if line.strip() and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("page,line", CRON_LINES)
+def test_every_documented_crontab_line_works_as_written(tmp_path, page, line):
     assert "%" not in line and not line.rstrip().endswith("\\")  # cron: % is a newline, no line continuation
     fields = line.split(None, 5)
     assert all(re.fullmatch(r"[\d*/,-]+", field) for field in fields[:5]), fields[:5]
     assert ">> /var/log/retrieval-train.log 2>&1" in fields[5]
     _runs_and_alerts(fields[5], tmp_path, tmp_path / "train.log")
+
+
+def test_scheduling_md_has_its_crontab_line():
+    assert [page for page, _ in CRON_LINES].count("scheduling.md") == 1
 
 
 def test_the_systemd_units_work_as_written(tmp_path):
