@@ -236,6 +236,8 @@ def test_column_names_are_checked_in_the_header(tmp_path):
     with pytest.raises(InputError, match=r"config\.data\.item_column.*has no column\(s\) \['item_id'\]; its columns are "
                                          r"\['user_id', 'item', 'timestamp'\]"):
         validation.validate_config(with_value(config, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
+    (tmp_path / "bom.csv").write_text("\ufeffuser_id,item_id\nu1,i1\n", encoding="utf-8")  # as Excel writes it
+    validation.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
     renamed = with_value(config, "data.item_column", "item")
     validation.validate_config(with_value(renamed, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     with pytest.raises(InputError, match=r"config\.data\.train_path.*duplicate column name\(s\) \['item_id'\]"):

@@ -265,7 +265,7 @@ def _header(path: str, format: str) -> Optional[list[str]]:
         if format == "parquet":
             return list(pq.read_schema(path).names)
         if format in ("csv", "tsv"):
-            with open(path, newline="", encoding="utf-8") as handle:
+            with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is no name
                 return next(csv.reader(handle, delimiter="," if format == "csv" else "\t"), [])
     except (InputError, OSError, UnicodeDecodeError, csv.Error, pa.ArrowException):
         return None
