@@ -5,7 +5,8 @@ Data, never the test part:
 - ``ml-1m``, ``lastfm``: ``set-splits/<name>/train.txt`` -> early-stopped and scored on ``valid.txt``.
 - ``gowalla-shape``: benchmarks/bench_quality.py's synthetic Gowalla-sized sets, each user's items dealt (seeded) into
   70% train, 10% validation and 20% test; the sweep trains on train and scores on validation. ``--final`` trains on
-  train + validation for ``--epochs`` epochs and scores on the test part (the chosen recipe only).
+  train + validation for ``--final`` epochs and scores on the test part; ``--final=-1`` runs the shipped config as
+  a user does on that train/test pair (its automatic holdout and refit). Test parts: the chosen recipe only.
   EASE^R is skipped there (a 41k x 41k inverse).
 - ``--users=N``: screening on the first N users' lines only (subsets of lastfm / ml-1m).
 
@@ -69,7 +70,8 @@ def _gowalla_parts(tmp: Path) -> dict:
     return paths
 
 
-def run(dataset: str, settings: dict, max_epochs: int, patience: int, users: int, final_epochs: int) -> dict:
+def run(dataset: str, settings: dict, max_epochs: int, patience: int, users: int, final_epochs: int,
+        with_baselines: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if dataset == "gowalla-shape":
@@ -81,9 +83,12 @@ def run(dataset: str, settings: dict, max_epochs: int, patience: int, users: int
             paths["train_valid"] = tmp / "train-valid.txt"
             paths["train_valid"].write_text(paths["train"].read_text() + paths["valid"].read_text())
             baselines = ("most_popular", "item_knn", "ease")
+        baselines = baselines if with_baselines else ()
         common = {"data.format": "user_items", "data.split": "files", "data.order": "none", "eval.bootstrap": 0,
                   "eval.ks": (20,), "eval.baselines": baselines}
-        if final_epochs:
+        if final_epochs < 0:
+            data = {"data.train_path": str(paths["train_valid"]), "data.test_path": str(paths["test"])}
+        elif final_epochs:
             data = {"data.train_path": str(paths["train_valid"]), "data.test_path": str(paths["test"]),
                     "train.epochs": final_epochs, "train.validation_fraction": 0.0}
         else:
@@ -117,11 +122,14 @@ def main() -> None:
     parser.add_argument("--max_epochs", type=int, default=40)
     parser.add_argument("--patience", type=int, default=5)
     parser.add_argument("--users", type=int, default=0, help="screen on the first N users only (set splits)")
-    parser.add_argument("--final", type=int, default=0, help="train on train + valid for this many epochs -> test")
+    parser.add_argument("--final", type=int, default=0,
+                        help="train on train + valid for this many epochs -> test (-1: the config's own tuning)")
+    parser.add_argument("--no_baselines", action="store_true", help="skip the baselines (same data: same numbers)")
     parser.add_argument("--out", default="", help="append the row to this JSON-lines file")
     args = parser.parse_args()
     settings = {key: _value(value) for key, value in (item.split("=", 1) for item in args.set)}
-    row = run(args.dataset, settings, args.max_epochs, args.patience, args.users, args.final)
+    row = run(args.dataset, settings, args.max_epochs, args.patience, args.users, args.final,
+              not args.no_baselines)
     print(json.dumps(row))
     if args.out:
         with open(args.out, "a") as f:
