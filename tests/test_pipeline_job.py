@@ -92,7 +92,7 @@ def test_run_publishes_every_artifact(log_path, tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in paths.stages.iterdir()} == before
 
     # The gate blocks a model that regressed against the published one, and leaves latest alone.
-    broken = make_config(log_path, **{"train.learning_rate": 0.0, "gate.max_regression": 0.05})
+    broken = make_config(log_path, **{"train.learning_rate": 0.0, "train.epochs": 1, "gate.max_regression": 0.05})
     with pytest.raises(GateError, match="regressed"):
         TrainingJob(broken, str(tmp_path), "r2").run()
     assert os.readlink(tmp_path / "two_tower" / "latest") == "r1"
@@ -173,7 +173,9 @@ def test_kill_during_training_then_rerun_publishes_once(log_path, tmp_path):
 
 
 def test_concurrent_runs_leave_latest_consistent(log_path, tmp_path):
-    runs = [subprocess.Popen(cli_args(log_path, tmp_path, run_id, **{"gate.max_regression": 1.0}), cwd=ROOT,
+    # Concurrency, not quality, is tested: one epoch, and the gate compares nothing but the absolute floor.
+    quick = {"train.epochs": 1, "gate.max_regression": 1.0, "gate.min_lift_over_popular": -1.0}
+    runs = [subprocess.Popen(cli_args(log_path, tmp_path, run_id, **quick), cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for run_id in ("a", "b")]
     codes = [process.wait(600) for process in runs]
     assert codes == [0, 0], [process.stderr.read()[-2000:] for process in runs]
@@ -196,8 +198,8 @@ def test_concurrent_runs_leave_latest_consistent(log_path, tmp_path):
 
 
 def test_gate_refusal_exit_code(log_path, tmp_path):
-    result = subprocess.run(cli_args(log_path, tmp_path, "low", **{"gate.floors": "recall@20=0.99"}), cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    low = cli_args(log_path, tmp_path, "low", **{"gate.floors": "recall@20=0.99", "train.epochs": 1})
+    result = subprocess.run(low, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == EXIT_GATE_REFUSED, result.stderr[-2000:]
     assert "below floor" in result.stderr
     assert not (tmp_path / "two_tower" / "latest").exists()
