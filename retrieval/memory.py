@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import resource
 import sys
 
@@ -18,3 +20,31 @@ def peak_rss_mb() -> float:
     except (OSError, StopIteration):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
+
+
+def current_rss_mb() -> float:
+    """Resident set size of this process now, in MiB (``VmRSS`` of ``/proc/self/status``; on other systems the peak,
+    :func:`peak_rss_mb`). What a long-running server's growth is measured with."""
+    try:
+        with open("/proc/self/status") as f:
+            return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) / 1024
+    except (OSError, StopIteration):
+        return peak_rss_mb()
+
+
+def release_freed() -> None:
+    """Returns memory that this process has freed to the OS: a garbage collection, Arrow's pool's unused memory,
+    and the C heap's free pages (glibc ``malloc_trim``). Freed memory otherwise stays resident in the allocators'
+    arenas: a server that reloads a run every few minutes grew by 1-3 MB per reload without it."""
+    gc.collect()
+    try:
+        import pyarrow
+
+        pyarrow.default_memory_pool().release_unused()
+    except ImportError:
+        pass
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl): nothing to trim
+            pass

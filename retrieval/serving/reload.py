@@ -12,6 +12,13 @@ one-line reason) is kept in ``status()`` (served over HTTP as ``/v1/status`` and
 ``degraded`` while ``latest`` names a refused run), and the run is not tried again until ``latest`` moves. At startup
 a refused run raises ``CanaryError`` instead (nothing to fall back to). Reported paths are relative to the model
 directory: the HTTP API never shows where the server's files are.
+
+Memory stays flat over reloads (``tests/test_serving_reload_memory.py``: RSS over 100 reloads within 20 MB of RSS
+after a warm-up). No cache holds an old generator, but a loaded run (its SavedModel's objects) lives in reference
+cycles, which only Python's cyclic collector frees, and its full collections are rare in a server: old runs piled up,
+0.45 MB per reload of a 400-item run, 1-3 MB of real ones. So the poll after a swap, when the requests that still
+held the old run have finished, collects them and hands the freed memory back to the OS (``memory.release_freed``;
+about 0.1-0.3 s of the watcher thread once per reload).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Callable, Optional
 
 from absl import logging
 
+from retrieval import memory
 from retrieval.artifacts import PathLike
 from retrieval.errors import InputError
 from retrieval.serving.canary import Canary, CanaryError, one_line
@@ -75,6 +83,7 @@ class GeneratorHolder:
         self._loader, self._canary = loader, canary
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._release_pending = False  # an old run was swapped out: free its memory again at the next poll
         target = resolve_run_dir(self.source)
         model_dir = self.source if (self.source / "latest").exists() else self.source.parent
         self._bases = sorted({str(model_dir), os.path.realpath(model_dir), str(target.parent)}, key=len, reverse=True)
@@ -107,6 +116,9 @@ class GeneratorHolder:
 
     def poll(self) -> bool:
         """Swaps in the run the watched path resolves to now, if it is another one and passes; True when it swapped."""
+        if self._release_pending:
+            self._release_pending = False
+            memory.release_freed()
         state = self._state
         try:
             target = resolve_run_dir(self.source)
@@ -129,6 +141,7 @@ class GeneratorHolder:
             return False
         self._state = _State(served, state.reloads + 1, ReloadAttempt(target.name, served.since, "swapped"))
         logging.info("now serving %s (version %s)", target, served.generator.version)
+        self._release_pending = True
         return True
 
     def status(self) -> dict:
