@@ -26,22 +26,37 @@ What changes against the all-reduce strategies:
   shards. The export writes the same files as the other strategies: item vectors are computed on the chief through
   the same lookups, and the user tower's tables are copied whole into the SavedModel (``unsharded``), so the chief
   must hold them in memory once, as serving does.
+
+Faults (:class:`Watchdog`, started by :class:`Synchronize` for the length of ``fit``): TensorFlow's coordinator retries
+a step on another worker when one is lost, but with no worker left, or a ps task lost, it waits for the task to come
+back, without limit ("Cluster now being recovered"). The watchdog probes every task's address once a second (a TCP
+connect) and, once a ps task, or every worker, has been unreachable for ``train.ps_timeout_s``, ends the chief with
+exit 2 and one line naming the task. The run stays resumable: its last checkpoint is intact (the stage markers and
+the checkpoint are written atomically), so rerunning the run id once the tasks are back resumes from it. A lost
+worker while others remain is logged and training goes on with the others.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import sys
-from typing import Callable, Iterator, NoReturn, Optional
+import threading
+import time
+from typing import Callable, Iterator, Mapping, NoReturn, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.cli import EXIT_INPUT_ERROR
 from retrieval.errors import InputError
 
 DEFAULT_MIN_SHARD_BYTES = 256 << 10  # MinSizePartitioner's default: tables up to 256 KiB stay whole
+DEFAULT_TIMEOUT_S = 120.0  # train.ps_timeout_s
 SERVER_ROLES = ("worker", "ps")
+PROBE_TIMEOUT_S = 1.0
 
 Partitioner = Callable[[tf.TensorShape, tf.DType], list]
 
@@ -121,19 +136,104 @@ def per_worker_dataset(make_dataset: Callable[[], tf.data.Dataset],
     return tf.keras.utils.experimental.DatasetCreator(dataset_fn)
 
 
+def reachable(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to ``host:port`` opens within ``timeout_s`` (a task's server is listening)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def stop_chief(reason: str) -> NoReturn:
+    """Ends this process at once with exit 2 and one line: the coordinator's wait cannot be interrupted from Python,
+    and the run is left as a crash leaves it, resumable from its last checkpoint."""
+    message = (f"parameter-server training stopped: {reason}; the run keeps its last checkpoint: restart the lost "
+               "task and rerun the same run id to resume")
+    logging.error(message)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(EXIT_INPUT_ERROR)
+
+
+class Watchdog:
+    """Probes the ``ps`` and ``worker`` tasks of ``cluster`` (job -> addresses) every ``interval_s`` seconds in a
+    daemon thread and calls ``on_lost(reason)`` once a ps task, or every worker, has been unreachable for
+    ``timeout_s`` (module docstring); a lost worker with others still reachable is logged once."""
+
+    def __init__(self, cluster: Mapping[str, Sequence[str]], timeout_s: float, interval_s: float = 1.0,
+                 probe: Callable[[str], bool] = reachable, on_lost: Callable[[str], None] = stop_chief,
+                 clock: Callable[[], float] = time.monotonic):
+        self.tasks = {(job, index): address for job in SERVER_ROLES
+                      for index, address in enumerate(cluster.get(job, ()))}
+        self.timeout_s, self.interval_s = timeout_s, interval_s
+        self._probe, self._on_lost, self._clock = probe, on_lost, clock
+        self._last_seen = dict.fromkeys(self.tasks, clock())
+        self._warned: set = set()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def check(self) -> Optional[str]:
+        """Probes every task once; the reason to stop, or None."""
+        now = self._clock()
+        for task, address in self.tasks.items():
+            if self._probe(address):
+                self._last_seen[task] = now
+        lost = {task: now - seen for task, seen in self._last_seen.items() if now - seen > self.timeout_s}
+        for (job, index), gone in lost.items():
+            if job == "ps":
+                return (f"ps task {index} ({self.tasks[job, index]}) unreachable for {gone:.0f} s "
+                        f"(train.ps_timeout_s = {self.timeout_s:g})")
+        workers = [task for task in self.tasks if task[0] == "worker"]
+        if workers and all(task in lost for task in workers):
+            return (f"no worker reachable for {min(lost[task] for task in workers):.0f} s ("
+                    f"{', '.join(self.tasks[task] for task in workers)}; train.ps_timeout_s = {self.timeout_s:g})")
+        for task in set(lost) - self._warned:
+            logging.warning("worker %d (%s) unreachable for %.0f s; training goes on with the other workers",
+                            task[1], self.tasks[task], lost[task])
+        self._warned = set(lost)
+        return None
+
+    def start(self) -> None:
+        def watch() -> None:
+            while not self._stop.wait(self.interval_s):
+                reason = self.check()
+                if reason is not None:
+                    self._on_lost(reason)
+                    return
+
+        self._stop.clear()
+        self._last_seen = dict.fromkeys(self.tasks, self._clock())
+        self._thread = threading.Thread(target=watch, name="ps-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
 class Synchronize(tf.keras.callbacks.Callback):
     """Waits for the scheduled steps to finish at the end of every epoch and of training, so that the callbacks
-    after it (evaluation, early stopping, the final checkpoint) see the weights of every step. Put it first."""
+    after it (evaluation, early stopping, the final checkpoint) see the weights of every step; and watches the
+    cluster's tasks while training runs (:class:`Watchdog`, ``timeout_s``). Put it first."""
 
-    def __init__(self, strategy: tf.distribute.ParameterServerStrategy):
+    def __init__(self, strategy: tf.distribute.ParameterServerStrategy, timeout_s: float = DEFAULT_TIMEOUT_S):
         super().__init__()
         self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)  # the strategy's own
+        # The strategy's resolver (its public ``cluster_resolver`` is None under ParameterServerStrategyV2).
+        self._watchdog = Watchdog(strategy._cluster_resolver.cluster_spec().as_dict(), timeout_s)
+
+    def on_train_begin(self, logs=None):
+        self._watchdog.start()
 
     def on_epoch_end(self, epoch, logs=None):
         self._coordinator.join()
 
     def on_train_end(self, logs=None):
         self._coordinator.join()
+        self._watchdog.stop()
 
 
 @contextlib.contextmanager

@@ -303,7 +303,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         callbacks = [StopAtStep(total_steps)]
         if parameter_server.uses_coordinator(strategy):
             dataset = parameter_server.per_worker_dataset(stream, strategy)
-            callbacks.insert(0, parameter_server.Synchronize(strategy))
+            timeout_s = config.get("ps_timeout_s", parameter_server.DEFAULT_TIMEOUT_S)
+            callbacks.insert(0, parameter_server.Synchronize(strategy, timeout_s))
         else:
             dataset = stream()
         early = None

@@ -106,7 +106,8 @@ RULES: dict[str, Rule] = {
     "gate.min_lift_over_popular": number(gate.OFF, 1e6),
     "publish.keep_last": integer(0, COUNT),
     "publish.warm_start": flag(),
-    "publish.lineage": text(pattern=f"(?:{locations.NAME_PATTERN.pattern})?", pattern_doc=f"empty or {locations.NAME_RULE}"),
+    "publish.lineage": text(pattern=f"(?:{locations.NAME_PATTERN.pattern})?",
+                            pattern_doc=f"empty or {locations.NAME_RULE}"),
     # model (retrieval/models/config.py; configs/item2vec.py keeps max_history only)
     "model.embedding_dim": DIM,
     "model.temperature": number(0, 1e3, low_open=True),
