@@ -12,7 +12,7 @@ import pytest
 
 from retrieval import artifacts
 from retrieval.data import synthetic
-from retrieval.errors import InputError
+from retrieval.errors import GateError, InputError
 from retrieval.pipeline.job import TrainingJob
 
 
@@ -122,7 +122,8 @@ def test_early_stopping_watches_the_evaluation_protocol_on_validation(sorted_lin
                                         "data.validation_path": str(valid), "train.epochs": 6,
                                         "train.early_stopping_patience": 2, "eval.max_users": max_users}),
                       str(tmp_path / "out"), "early")
-    job.run()
+    with pytest.raises(GateError, match="data.test_path is the validation data"):  # a tuning run: never published
+        job.run()
     summary = job.stages.summary("train")
     assert 1 <= summary["best_epoch"] <= 6
     if not max_users:  # learning is checked on every user; the sample checks that both sides use the same users
