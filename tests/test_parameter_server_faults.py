@@ -152,6 +152,7 @@ def test_the_chief_ends_with_exit_2_when_its_only_worker_dies(tmp_path):
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+    print(f"the chief exited {elapsed:.1f} s after its only worker was killed (timeout {TIMEOUT_S} s)")
     assert chief.returncode == 2, stderr[-3000:]
     assert "parameter-server training stopped: no worker reachable" in stderr
     assert "rerun the same run id to resume" in stderr
