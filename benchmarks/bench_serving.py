@@ -53,8 +53,9 @@ from benchmarks.bench_index import write_catalogue
 from benchmarks.record import add_record_flag, record, should_record
 from retrieval.artifacts import RunPaths, point_link, write_json
 from retrieval.index.factory import prepare_vectors
+from retrieval.index.run_index import build_run_index
 from retrieval.index.source import ParquetVectors
-from retrieval.serving import CandidateGenerator, build_run_index
+from retrieval.serving import CandidateGenerator
 from retrieval.serving.batcher import MicroBatcher, Request
 from retrieval.serving.demo_run import write_user_tower
 

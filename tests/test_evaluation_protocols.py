@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from retrieval.data.histories import item_ids_recent_first
 from retrieval.evaluation import csr, evaluator, protocols
 
 
@@ -55,7 +56,7 @@ def test_training_items_rankable_when_not_excluded():
 def test_histories_are_most_recent_first_and_empty_for_unknown_users():
     frame = pd.DataFrame({"user_id": ["a", "b", "a", "a"], "item_id": ["x", "y", "z", "w"],
                           "timestamp": [5, 1, 9, 5]})
-    got = protocols.histories(frame, ["a", "c", "b"])
+    got = item_ids_recent_first(frame, ["a", "c", "b"])
     # a: z (t=9), then the two t=5 rows in reverse file order: w (row 3), x (row 0).
     assert [h.tolist() for h in got] == [["z", "w", "x"], [], ["y"]]
 

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from retrieval import artifacts
+from retrieval.data.histories import UserHistories
 from retrieval.errors import InputError
 from retrieval.evaluation import loading
 from retrieval.index.idmap import IdMap
-from retrieval.serving.histories import UserHistories
 
 NULL_USER = pd.DataFrame({"user_id": ["u", None], "item_id": ["a", "b"]})
 

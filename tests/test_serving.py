@@ -13,7 +13,8 @@ from retrieval.artifacts import RunPaths, point_link
 from retrieval.errors import InputError
 from retrieval.export import read_item_embeddings, write_item_embeddings
 from retrieval.index import ItemIndex, build_index
-from retrieval.serving import CandidateGenerator, UnknownItemError, build_run_index
+from retrieval.index.run_index import build_run_index
+from retrieval.serving import CandidateGenerator, UnknownItemError
 from retrieval.serving.canary import Canary, CanaryError
 from retrieval.serving.demo_run import write_demo_run
 from retrieval.serving.reload import GeneratorHolder

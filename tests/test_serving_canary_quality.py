@@ -10,7 +10,8 @@ import pytest
 
 from retrieval.artifacts import RunPaths
 from retrieval.export import read_item_embeddings
-from retrieval.serving import CandidateGenerator, build_run_index
+from retrieval.index.run_index import build_run_index
+from retrieval.serving import CandidateGenerator
 from retrieval.serving.canary import Canary, CanaryError
 from retrieval.serving.demo_run import write_demo_run, write_user_tower
 

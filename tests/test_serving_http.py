@@ -24,7 +24,8 @@ import tensorflow as tf
 from retrieval.artifacts import point_link
 from retrieval.export import read_item_embeddings
 from retrieval.index import ItemIndex
-from retrieval.serving import CandidateGenerator, build_run_index
+from retrieval.index.run_index import build_run_index
+from retrieval.serving import CandidateGenerator
 from retrieval.serving.app import Limits, create_app
 from retrieval.serving.demo_run import write_demo_run, write_user_tower
 from retrieval.serving.reload import GeneratorHolder

@@ -17,7 +17,7 @@ import httpx
 
 from retrieval import memory
 from retrieval.artifacts import point_link
-from retrieval.serving import build_run_index
+from retrieval.index.run_index import build_run_index
 from retrieval.serving.app import create_app
 from retrieval.serving.demo_run import write_demo_run
 from retrieval.serving.reload import GeneratorHolder

@@ -4,7 +4,8 @@ copied) into the process."""
 import numpy as np
 
 from retrieval.index import ItemIndex
-from retrieval.serving import CandidateGenerator, build_run_index
+from retrieval.index.run_index import build_run_index
+from retrieval.serving import CandidateGenerator
 from retrieval.serving.demo_run import write_demo_run
 
 

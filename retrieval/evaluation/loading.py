@@ -21,6 +21,7 @@ from absl import logging
 
 from retrieval import artifacts, export
 from retrieval.data import readers, validate
+from retrieval.data.histories import item_ids_recent_first
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
 from retrieval.evaluation import protocols
@@ -75,7 +76,7 @@ class RunModel:
 
     def user_vectors(self, user_ids: Sequence[str], train: pd.DataFrame) -> np.ndarray:
         """[B, d] vectors of ``user_ids`` from their training histories (normalised for cosine)."""
-        histories = protocols.histories(train, user_ids)
+        histories = item_ids_recent_first(train, user_ids)
         vectors = np.asarray(self.encoder.encode(list(user_ids), histories), dtype=np.float32)
         return _normalize(vectors) if self.metric == "cosine" else vectors
 

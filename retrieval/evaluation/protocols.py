@@ -112,16 +112,3 @@ def prepare(train: pd.DataFrame, test: pd.DataFrame, catalogue: Sequence[str]) -
         popularity=popularity,
         counts=counts,
     )
-
-
-def histories(train: pd.DataFrame, user_ids: Sequence[str]) -> list[np.ndarray]:
-    """Each user's training item ids, most recent first (timestamp, then file order); empty for unknown users."""
-    order_key = train["timestamp"].to_numpy() if "timestamp" in train else np.zeros(len(train), np.int64)
-    users = pd.Index(np.asarray(user_ids, dtype=object).astype(str))
-    rows = _index(train["user_id"], users)
-    position = np.arange(len(train))
-    keep = rows >= 0
-    order = np.lexsort((-position[keep], -order_key[keep], rows[keep]))
-    items = train["item_id"].astype(str).to_numpy(dtype=object)[keep][order]
-    bounds = np.cumsum(np.bincount(rows[keep], minlength=len(users)))[:-1]
-    return np.split(items, bounds)

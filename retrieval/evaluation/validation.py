@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from retrieval.data.histories import item_ids_recent_first
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.evaluation import evaluator, protocols
 from retrieval.export import pad_histories
@@ -28,7 +29,7 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
     rows = np.flatnonzero(data.test.lengths > 0)
     users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
     # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.
-    padded = pad_histories(protocols.histories(train, data.user_ids[rows]), model.max_history)
+    padded = pad_histories(item_ids_recent_first(train, data.user_ids[rows]), model.max_history)
     history = item_vocab.lookup(padded.ravel()).reshape(padded.shape).astype(np.int32)
 
     def evaluate() -> float:

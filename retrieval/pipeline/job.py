@@ -343,7 +343,7 @@ class TrainingJob:
         return {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and "/" not in k}
 
     def _index(self) -> dict:
-        from retrieval.serving.run_index import build_run_index
+        from retrieval.index.run_index import build_run_index
 
         i = self.config.index
         index = build_run_index(self.paths, factory=i.factory, recall_floor=i.recall_floor, recall_k=i.recall_k,

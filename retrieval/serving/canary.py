@@ -35,9 +35,9 @@ from retrieval.artifacts import RunPaths, read_json
 from retrieval.data import readers
 from retrieval.errors import InputError
 from retrieval.index.factory import prepare_vectors
+from retrieval.index.run_index import user_queries
 from retrieval.index.selfcheck import RecallProbe
 from retrieval.serving.generator import CandidateGenerator
-from retrieval.serving.run_index import user_queries
 
 T = TypeVar("T")
 MAX_ERROR_CHARS = 300

@@ -19,13 +19,13 @@ import numpy as np
 from absl import logging
 
 from retrieval.artifacts import PathLike, RunPaths, read_json
+from retrieval.data.histories import UserHistories
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import load_user_encoder
 from retrieval.index import ItemIndex
+from retrieval.index.run_index import build_run_index
 from retrieval.index.source import ParquetVectors
-from retrieval.serving.histories import UserHistories
-from retrieval.serving.run_index import build_run_index
 
 
 class UnknownItemError(InputError):

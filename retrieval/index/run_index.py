@@ -16,12 +16,12 @@ from typing import Optional
 import numpy as np
 
 from retrieval.artifacts import PathLike, RunPaths, read_json
+from retrieval.data.histories import UserHistories
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import load_user_encoder
 from retrieval.index import IdMap, ItemIndex, build_index
 from retrieval.index.source import ParquetVectors
-from retrieval.serving.histories import UserHistories
 
 
 def user_queries(encoder, histories: UserHistories, id_map: IdMap, count: int, seed: int,

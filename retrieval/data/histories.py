@@ -1,4 +1,9 @@
-"""Users' training histories (``data/train.parquet``) in compressed sparse rows, most recent first.
+"""Users' training histories, most recent first: the one rule every consumer of a run applies (training's
+validation, evaluation, batch recommendation, the index self-check and serving).
+
+"Most recent first" is the ``timestamp`` column descending, later rows of the table first on ties, or the table's row
+order alone without timestamps (:func:`recent_first_order`). :func:`item_ids_recent_first` gives item ids per user
+(evaluation); :class:`UserHistories` holds them in compressed sparse rows of item indices (serving, indexing).
 
 Serving needs them three ways: as the default user-tower input of a known user, as the items to exclude from that
 user's candidates ("seen excluded", the evaluation protocol's rule), and, summed over users, as the popularity
@@ -8,7 +13,7 @@ rows whose item is not in the catalogue are dropped.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,7 +21,31 @@ import pandas as pd
 from retrieval.artifacts import PathLike
 from retrieval.data import readers, validate
 from retrieval.errors import InputError
-from retrieval.index.idmap import IdMap
+
+
+class ItemIndexer(Protocol):
+    """Maps item ids to the indices a consumer stores (e.g. ``retrieval.index.IdMap``); -1 for unknown ids."""
+
+    def indices_of(self, ids: np.ndarray) -> np.ndarray: ...
+
+
+def recent_first_order(codes: np.ndarray, recency: np.ndarray) -> np.ndarray:
+    """Permutation that groups rows by ``codes`` (ascending) and puts each group's newest first (``recency``
+    descending), later rows first on ties."""
+    return np.lexsort((-np.arange(len(codes)), -np.asarray(recency), codes))
+
+
+def item_ids_recent_first(train: pd.DataFrame, user_ids: Sequence[str]) -> list[np.ndarray]:
+    """Each of ``user_ids``' training item ids in ``train`` (canonical columns), most recent first; empty for users
+    without training rows."""
+    users = pd.Index(np.asarray(user_ids, dtype=object).astype(str))
+    rows = users.get_indexer(train["user_id"].astype(str).to_numpy(dtype=object))
+    keep = rows >= 0
+    recency = train["timestamp"].to_numpy() if "timestamp" in train else np.zeros(len(train), np.int64)
+    order = recent_first_order(rows[keep], recency[keep])
+    items = train["item_id"].astype(str).to_numpy(dtype=object)[keep][order]
+    bounds = np.cumsum(np.bincount(rows[keep], minlength=len(users)))[:-1]
+    return np.split(items, bounds)
 
 
 class UserHistories:
@@ -27,7 +56,7 @@ class UserHistories:
         self._rows = pd.Index(user_ids)
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, id_map: IdMap) -> UserHistories:
+    def from_frame(cls, frame: pd.DataFrame, id_map: ItemIndexer) -> UserHistories:
         """From canonical interactions (``user_id``, ``item_id``, optional ``timestamp``). Without timestamps, later
         rows count as more recent (the order of the file)."""
         missing = {"user_id", "item_id"} - set(frame.columns)
@@ -40,12 +69,12 @@ class UserHistories:
         recency = (frame["timestamp"].to_numpy(dtype=np.int64)[known] if "timestamp" in frame.columns
                    else np.arange(len(items), dtype=np.int64))
         user_ids, codes = np.unique(users, return_inverse=True)
-        order = np.lexsort((np.arange(len(items))[::-1], -recency, codes))  # user, newest first, later rows first
+        order = recent_first_order(codes, recency)
         offsets = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(user_ids)))]).astype(np.int64)
         return cls(user_ids.astype(object), offsets, items[order])
 
     @classmethod
-    def from_parquet(cls, path: PathLike, id_map: IdMap, user_ids: Optional[Sequence[str]] = None) -> UserHistories:
+    def from_parquet(cls, path: PathLike, id_map: ItemIndexer, user_ids: Optional[Sequence[str]] = None) -> UserHistories:
         """From a run's ``data/train.parquet``; with ``user_ids``, only those users' rows are read (a filtered scan:
         memory holds the sample, not the table)."""
         try:
