@@ -291,7 +291,7 @@ class TrainingJob:
         data or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the
         user sample of ``eval.max_users`` when set (only those users' rows are read)."""
         from retrieval.evaluation import loading, runs
-        from retrieval.evaluation.validation import recall_fn
+        from retrieval.evaluation.early_stopping import recall_fn
 
         t, paths = self.config.train, self.paths
         train_path, validation_path = paths.train_data, paths.validation_data
