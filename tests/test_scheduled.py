@@ -28,7 +28,7 @@ if code < 0:
     os.kill(os.getpid(), -code)
 sys.exit(code)
 """
-ALERT = 'env | grep ^RETRIEVAL_ | sort > "$ALERT_FILE"'
+ALERT = 'env | grep -E "^RETRIEVAL_(EXIT_CODE|OUTCOME|RUN_DIR|MESSAGE)=" | sort > "$ALERT_FILE"'
 
 
 def run_scheduled(tmp_path: Path, exit_code: int, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
