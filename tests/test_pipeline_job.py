@@ -20,6 +20,7 @@ from retrieval.cli import EXIT_GATE_REFUSED
 from retrieval.data import synthetic
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
+from retrieval.pipeline import validation
 from retrieval.pipeline.job import TrainingJob
 from retrieval.pipeline.publish import ModelDirectory
 
@@ -126,6 +127,14 @@ def test_bad_config_is_an_input_error(log_path, tmp_path):
     with pytest.raises(InputError, match="not found|No such file|does not exist"):
         TrainingJob(make_config(log_path, **{"data.train_path": str(tmp_path / "missing.csv")}), str(tmp_path),
                     "x").run()
+
+
+def test_tables_larger_than_the_machine_are_refused_before_a_model_is_built(log_path, tmp_path, monkeypatch):
+    job = TrainingJob(make_config(log_path), str(tmp_path), "big")
+    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 16 << 10)  # 16 KiB: less than 200 x 16 x 3 floats
+    with pytest.raises(InputError, match=r"config\.model\.embedding_dim.*embedding tables of \d+ items"):
+        job.run()
+    assert not list((tmp_path / "two_tower" / "big" / "checkpoints").glob("ckpt-*"))
 
 
 def test_cli_reports_bad_input_in_one_line(log_path, tmp_path):

@@ -134,6 +134,19 @@ def test_settings_whose_memory_exceeds_the_machine_are_refused(monkeypatch):
     validation.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
 
 
+def test_embedding_tables_that_exceed_the_machine_are_refused_once_the_catalogue_is_known(monkeypatch):
+    config = shipped("two_tower")  # 128-d item table, a separate 128-d history table, Adam: 2 slots
+    assert validation.table_bytes(dict(validation.flatten(config)), 1000, 50) == 4 * 1000 * 256 * 3
+    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 8 << 30)
+    validation.check_tables(config, 1_000_000, 10**6)  # 3.1 GB
+    with pytest.raises(InputError, match=r"config\.model\.embedding_dim.*3000000 items and 5 users need at least 8\.6 "
+                                         r"GiB with their optimizer slots, more than this machine's 8\.0 GiB"):
+        validation.check_tables(config, 3_000_000, 5)
+    validation.check_tables(with_value(config, "train.strategy", "parameter_server"), 3_000_000, 5)  # on the ps
+    with pytest.raises(InputError, match=r"config\.item2vec\.dim"):
+        validation.check_tables(shipped("item2vec"), 10**8, 5)
+
+
 def test_more_workers_than_the_cores_can_run_are_refused(monkeypatch):
     monkeypatch.setattr(validation.os, "cpu_count", lambda: 2)
     config = shipped("two_tower")

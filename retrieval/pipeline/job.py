@@ -34,7 +34,7 @@ from retrieval.data import features as features_lib
 from retrieval.data import prepare, readers
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.pipeline import gate, identity, provenance
+from retrieval.pipeline import gate, identity, provenance, validation
 from retrieval.pipeline import warm_start as warm_start_lib
 from retrieval.pipeline.locations import new_run_id
 from retrieval.pipeline.publish import ModelDirectory
@@ -250,6 +250,7 @@ class TrainingJob:
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
+        validation.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
         sets = self._is_set_data()
         tuning = phase == "tuning"
         examples = prepare.load_examples(self.paths, not self._streamed(), c.model.max_history, c.data.history_keep,
@@ -318,6 +319,7 @@ class TrainingJob:
         from retrieval.models import item2vec
 
         item_vocab, user_vocab = self._vocabularies()
+        validation.check_tables(self.config, item_vocab.size, user_vocab.size)
         users, items, timestamps = prepare.training_indices(self.paths, item_vocab, user_vocab)
         return item2vec.train_item2vec(self.config.item2vec, users, items, timestamps, item_vocab,
                                        checkpoint_dir=self.paths.checkpoints)

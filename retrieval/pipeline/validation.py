@@ -386,6 +386,42 @@ def _memory(c: Mapping[str, Any]) -> Iterator[Problem]:
                         f"{available / 2**30:.1f} GiB of memory; lower {lower}")
 
 
+OPTIMIZER_SLOTS = {"adam": 2, "adagrad": 1}  # float32 slots per trained weight (Item2Vec's SGD keeps none)
+
+
+def table_bytes(c: Mapping[str, Any], n_items: int, n_users: int) -> int:
+    """The bytes of a model's id embedding tables with their optimizer slots, once the vocabularies are known:
+    item ids (and a separate history table, an output table, a user-id table where configured) for the two-tower
+    model, input and output vectors for Item2Vec."""
+    if c.get("model_type", "two_tower") == "item2vec":
+        return 2 * 4 * n_items * c["item2vec.dim"]
+    dim = c["model.embedding_dim"]
+    widths = [c.get("model.item_tower.id_embedding_dim", dim)]
+    if not c.get("model.user_tower.share_item_embeddings", True):
+        widths.append(c.get("model.user_tower.history_embedding_dim", dim))
+    if c.get("model.objective.output_table"):
+        widths.append(dim + 1)
+    user_width = c.get("model.user_tower.user_id_embedding_dim", 0)
+    weights = n_items * sum(widths) + n_users * user_width
+    return 4 * weights * (1 + OPTIMIZER_SLOTS.get(c.get("train.optimizer", "adam"), 2))
+
+
+def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
+    """Raises ``InputError`` before a model is built when its embedding tables and their optimizer slots alone
+    exceed this machine's memory (``train.strategy`` parameter_server keeps them on other machines: not checked)."""
+    c = dict(flatten(config))
+    available = physical_memory_bytes()
+    if not available or c.get("train.strategy") == "parameter_server":
+        return
+    needed = table_bytes(c, n_items, n_users)
+    if needed > available:
+        key = "item2vec.dim" if c.get("model_type") == "item2vec" else "model.embedding_dim"
+        raise InputError(f"the embedding tables of {n_items} items and {n_users} users need at least "
+                         f"{needed / 2**30:.1f} GiB with their optimizer slots, more than this machine's "
+                         f"{available / 2**30:.1f} GiB of memory; lower the embedding widths, raise "
+                         f"data.min_item_count or use train.strategy=parameter_server", field=f"config.{key}")
+
+
 CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
     _data, _columns, _model, _machine, _memory, _gate_metrics, _gate_lift)
 
