@@ -98,7 +98,9 @@ def alert(command: str, code: int, run_dir: str, message: str, timeout_s: float)
 
 
 def main(argv: Sequence[str]) -> None:
-    code, run_dir, message = run_job(_JOB.value, argv[1:])
+    verbosity = flags.FLAGS["verbosity"]  # absl's own flag, parsed here: the job gets it too
+    code, run_dir, message = run_job(_JOB.value, [*argv[1:], *([f"--verbosity={verbosity.value}"]
+                                                               if verbosity.present else [])])
     outcome = outcome_of(code)
     logging.info("scheduled %s: exit %d (%s)%s", _JOB.value, code, outcome, f", run {run_dir}" if run_dir else "")
     if _ALERT_COMMAND.value and outcome in _ALERT_ON.value:

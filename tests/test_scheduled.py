@@ -45,13 +45,14 @@ def run_scheduled(tmp_path: Path, exit_code: int, *args: str) -> tuple[subproces
 
 def test_a_gate_refusal_exits_3_and_fires_the_alert(tmp_path):
     result, alert = run_scheduled(tmp_path, cli.EXIT_GATE_REFUSED, "--config=configs/two_tower.py",
-                                  "--config.train.epochs=1", "--force")
+                                  "--config.train.epochs=1", "--force", "--verbosity=1")
     assert result.returncode == cli.EXIT_GATE_REFUSED
     assert alert == {"RETRIEVAL_EXIT_CODE": "3", "RETRIEVAL_OUTCOME": "gate_refused",
                      "RETRIEVAL_RUN_DIR": "/srv/models/two_tower/r1",
                      "RETRIEVAL_MESSAGE": "quality gate refused to publish: recall@20 0.01 < floor 0.05"}
     # the job got every flag that is not the wrapper's, and its output passed through
-    assert "args: ['--config=configs/two_tower.py', '--config.train.epochs=1', '--force']" in result.stdout
+    assert ("args: ['--config=configs/two_tower.py', '--config.train.epochs=1', '--force', '--verbosity=1']"
+            in result.stdout)
     assert "quality gate refused" in result.stderr
 
 
