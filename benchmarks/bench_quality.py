@@ -39,8 +39,8 @@ from configs.base import override
 from retrieval import artifacts
 from retrieval.data import synthetic
 from retrieval.errors import GateError
-from retrieval.pipeline import identity
-from retrieval.pipeline.job import TrainingJob
+from retrieval.jobs import identity
+from retrieval.jobs.job import TrainingJob
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 BASELINES = ("most_popular", "item_knn", "ease")

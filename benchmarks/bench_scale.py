@@ -70,7 +70,7 @@ def _stage(stage: str, work: Path, rows: int, items: int) -> dict:
         out = {"rows": count}
     elif stage == "pipeline":
         from retrieval import artifacts
-        from retrieval.pipeline.job import TrainingJob
+        from retrieval.jobs.job import TrainingJob
 
         job = TrainingJob(_config(log, rows), str(work / "models"), run_id="scale")
         job.run()

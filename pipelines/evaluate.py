@@ -15,7 +15,7 @@ from absl import flags
 
 from retrieval import cli
 from retrieval.errors import InputError
-from retrieval.pipeline import locations
+from retrieval.jobs import locations
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory to evaluate (holds data/, user_tower/, "
                                "item_embeddings.parquet, manifest.json); the report is written into it.")

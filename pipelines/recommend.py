@@ -17,7 +17,7 @@ from absl import flags
 
 from retrieval import cli
 from retrieval.errors import InputError
-from retrieval.pipeline import locations
+from retrieval.jobs import locations
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
                                "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")

@@ -17,7 +17,7 @@ from absl import flags
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
 from retrieval.errors import InputError
-from retrieval.pipeline import locations
+from retrieval.jobs import locations
 from retrieval.serving import batcher
 from retrieval.serving.app import Limits
 from retrieval.serving.canary import Canary

@@ -6,7 +6,7 @@
 Runs go to <output_dir>/<config.name>/<run_id>/; <output_dir>/<config.name>/latest points at the published one.
 Rerunning a run id resumes it (finished stages are skipped, training resumes from its last intact checkpoint) if it
 was started with the same configuration and input files; otherwise it exits 2 (use a new run id or --force).
-Everything is validated before any work and before TensorFlow loads (``retrieval.pipeline.validation``: every config
+Everything is validated before any work and before TensorFlow loads (``retrieval.jobs.config_checks``: every config
 key, the run id, the output directory, the input files and their columns, the gate's metric names), so a mistake
 answers in seconds.
 Exit codes: 0 published, 1 unexpected failure, 2 bad input or config, 3 quality gate refused (latest untouched),
@@ -18,7 +18,7 @@ from absl import flags, logging
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from retrieval import cli
 from retrieval.errors import InputError
-from retrieval.pipeline import locations, validation
+from retrieval.jobs import config_checks, locations
 
 _CONFIG = cli.define_config_file(
     "config", "configs/two_tower.py",
@@ -35,8 +35,8 @@ def main(argv):
     if len(argv) > 1:
         raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
     run_id = _RUN_ID.value or locations.new_run_id()
-    validation.validate_job(_CONFIG.value, _OUTPUT_DIR.value, run_id)
-    from retrieval.pipeline.job import TrainingJob  # TensorFlow loads only now: every check above answers in seconds
+    config_checks.validate_job(_CONFIG.value, _OUTPUT_DIR.value, run_id)
+    from retrieval.jobs.job import TrainingJob  # TensorFlow loads only now: every check above answers in seconds
 
     job = TrainingJob(_CONFIG.value, _OUTPUT_DIR.value, run_id, force=_FORCE.value)
     print(f"run directory: {job.paths.root}", flush=True)  # first, so a scheduler's alert can name a failed run

@@ -1,4 +1,4 @@
-"""The peak memory of this process, as the stage markers (``retrieval.pipeline.stages``) and the benchmarks report it."""
+"""The peak memory of this process, as the stage markers (``retrieval.jobs.stages``) and the benchmarks report it."""
 
 from __future__ import annotations
 

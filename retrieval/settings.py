@@ -1,8 +1,8 @@
 """Settings the configuration files and their validation need without loading TensorFlow: the choices of keys
 read by TensorFlow modules, and the documented defaults of ``config.train``.
 
-``retrieval.pipeline.validation`` checks a whole configuration before any work; importing the modules that read
-these keys (``retrieval.training``, ``retrieval.distributed``, ``retrieval.evaluation``, ``retrieval.pipeline.job``)
+``retrieval.jobs.config_checks`` checks a whole configuration before any work; importing the modules that read
+these keys (``retrieval.training``, ``retrieval.distributed``, ``retrieval.evaluation``, ``retrieval.jobs.job``)
 would load TensorFlow first (seconds to a minute), so their choices live here and those modules import them.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-MODEL_TYPES = ("two_tower", "item2vec")  # retrieval.pipeline.job: which trainer runs
+MODEL_TYPES = ("two_tower", "item2vec")  # retrieval.jobs.job: which trainer runs
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")  # retrieval.distributed
 BASELINES = ("most_popular", "random", "item_knn", "ease")  # retrieval.evaluation.baselines.NAMES
 DEFAULT_KS = (10, 20, 50, 100)  # retrieval.evaluation.evaluator: cut-offs reported by default

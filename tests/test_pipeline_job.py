@@ -20,9 +20,9 @@ from retrieval.cli import EXIT_GATE_REFUSED
 from retrieval.data import synthetic
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.pipeline import validation
-from retrieval.pipeline.job import TrainingJob
-from retrieval.pipeline.publish import ModelDirectory
+from retrieval.jobs import config_checks
+from retrieval.jobs.job import TrainingJob
+from retrieval.jobs.publish import ModelDirectory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,7 +131,7 @@ def test_bad_config_is_an_input_error(log_path, tmp_path):
 
 def test_tables_larger_than_the_machine_are_refused_before_a_model_is_built(log_path, tmp_path, monkeypatch):
     job = TrainingJob(make_config(log_path), str(tmp_path), "big")
-    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 16 << 10)  # 16 KiB: less than 200 x 16 x 3 floats
+    monkeypatch.setattr(config_checks, "physical_memory_bytes", lambda: 16 << 10)  # 16 KiB: less than 200 x 16 x 3 floats
     with pytest.raises(InputError, match=r"config\.model\.embedding_dim.*embedding tables of \d+ items"):
         job.run()
     assert not list((tmp_path / "two_tower" / "big" / "checkpoints").glob("ckpt-*"))

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from retrieval import artifacts
-from retrieval.pipeline import gate, identity
-from retrieval.pipeline.publish import ModelDirectory
+from retrieval.jobs import gate, identity
+from retrieval.jobs.publish import ModelDirectory
 
 
 def _config(train="/data/a.csv", **extra):
@@ -110,7 +110,7 @@ def test_a_model_directory_from_before_lineages_keeps_its_production_run(tmp_pat
 @pytest.mark.parametrize("name", ["lineages"])
 def test_lineages_is_not_a_run_id(name):
     from retrieval.errors import InputError
-    from retrieval.pipeline import locations
+    from retrieval.jobs import locations
 
     with pytest.raises(InputError, match="reserved"):
         locations.check_name(name, "run_id")
@@ -118,7 +118,7 @@ def test_lineages_is_not_a_run_id(name):
 
 def test_lineage_dir_is_what_the_server_and_recommend_read(tmp_path):
     from retrieval.errors import InputError
-    from retrieval.pipeline import locations
+    from retrieval.jobs import locations
 
     model_dir = ModelDirectory(tmp_path)
     _run(model_dir, "b1", "lastfm")

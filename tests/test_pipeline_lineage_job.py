@@ -9,8 +9,8 @@ import pytest
 from retrieval import artifacts
 from retrieval.data import synthetic
 from retrieval.errors import GateError
-from retrieval.pipeline import identity
-from retrieval.pipeline.job import TrainingJob
+from retrieval.jobs import identity
+from retrieval.jobs.job import TrainingJob
 from tests.test_pipeline_job import make_config
 
 

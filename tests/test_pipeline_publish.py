@@ -11,9 +11,9 @@ import pytest
 
 from retrieval import artifacts
 from retrieval.cli import LockedError
-from retrieval.pipeline import gate
-from retrieval.pipeline.publish import ModelDirectory, file_lock
-from retrieval.pipeline.stages import StageRunner
+from retrieval.jobs import gate
+from retrieval.jobs.publish import ModelDirectory, file_lock
+from retrieval.jobs.stages import StageRunner
 
 SWITCHES = 2000  # of ``latest`` under a polling reader: well under a second on an idle machine
 

@@ -13,7 +13,7 @@ import pytest
 from retrieval import artifacts
 from retrieval.data import synthetic
 from retrieval.errors import GateError, InputError
-from retrieval.pipeline.job import TrainingJob
+from retrieval.jobs.job import TrainingJob
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from retrieval.data.vocab import Vocabulary
-from retrieval.pipeline.job import TrainingJob
+from retrieval.jobs.job import TrainingJob
 from tests.test_pipeline_job import log_path, make_config  # noqa: F401  (log_path is a fixture)
 
 

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from retrieval.data import prepare
-from retrieval.pipeline.job import TrainingJob
+from retrieval.jobs.job import TrainingJob
 from tests.test_pipeline_job import log_path, make_config  # noqa: F401  (log_path is a fixture)
 
 TUNING = {"train.validation_fraction": 0.1, "train.early_stopping_patience": 2, "train.epochs": 6,

@@ -10,8 +10,8 @@ from configs.base import override
 from configs.two_tower import get_config
 from retrieval import artifacts
 from retrieval.errors import InputError
-from retrieval.pipeline import identity
-from retrieval.pipeline.job import TrainingJob
+from retrieval.jobs import identity
+from retrieval.jobs.job import TrainingJob
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def test_the_same_configuration_resumes_and_the_fingerprint_is_recorded(log, tmp
 
 
 @pytest.mark.parametrize("changes,named", [
-    ({"train.epochs": 3}, "train.epochs 8 -> 3"),
+    ({"train.epochs": 3}, f"train.epochs {get_config().train.epochs} -> 3"),
     ({"model.temperature": 0.3}, "model.temperature 0.1 -> 0.3"),
 ])
 def test_a_changed_configuration_is_refused(log, tmp_path, changes, named):

@@ -1,4 +1,4 @@
-"""retrieval.pipeline.warm_start across two days of data that differ: ids dropped, ids added, counts reordered.
+"""retrieval.jobs.warm_start across two days of data that differ: ids dropped, ids added, counts reordered.
 
 Yesterday's run knew items i0..i9 (i0 most frequent) and users u0..u4; today i3, i7 and u0 are gone, i10, i11 and u5
 are new, and the counts are reversed, so every position differs between the two vocabularies and only a copy by id
@@ -13,7 +13,7 @@ from retrieval import training
 from retrieval.artifacts import RunPaths
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.models import build_model, default_config
-from retrieval.pipeline import warm_start
+from retrieval.jobs import warm_start
 
 OLD_ITEMS = {f"i{k}": 10 - k for k in range(10)}
 NEW_ITEMS = {"i9": 12, "i8": 11, "i6": 9, "i5": 8, "i4": 6, "i2": 4, "i1": 3, "i0": 2, "i11": 7, "i10": 5}

@@ -1,6 +1,6 @@
 """The documented defaults of the data section (``config.data``): what to read, how to split it, and how the
 prepare stage runs (:mod:`retrieval.data.prepare`). ``configs/base.py`` puts them in every pipeline config; every key
-has a rule in ``retrieval/pipeline/validation.py`` and a line in ``docs/reference.md``."""
+has a rule in ``retrieval/jobs/config_checks.py`` and a line in ``docs/reference.md``."""
 
 import ml_collections
 

@@ -15,8 +15,8 @@ from retrieval import cli
 from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import evaluator
-from retrieval.pipeline import locations, validation
-from retrieval.pipeline.rules import MAX_ITEMS, Rule
+from retrieval.jobs import config_checks, locations
+from retrieval.jobs.rules import MAX_ITEMS, Rule
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ("two_tower", "youtube_dnn", "item2vec")
@@ -30,7 +30,7 @@ def every_key() -> list[tuple[str, str]]:
     """(config, key) for every leaf key of every shipped config, each key once."""
     seen = {}
     for name in CONFIGS:
-        for key, _ in validation.flatten(shipped(name)):
+        for key, _ in config_checks.flatten(shipped(name)):
             seen.setdefault(key, name)
     return sorted((name, key) for key, name in seen.items())
 
@@ -75,9 +75,9 @@ def bad_values(rule: Rule) -> list:
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_shipped_config_key_has_a_rule_and_the_defaults_pass(name):
     config = shipped(name)
-    missing = [key for key, _ in validation.flatten(config) if key not in validation.RULES]
-    assert not missing, f"add a rule to retrieval/pipeline/validation.py RULES for {missing}"
-    assert validation.config_problems(config) == []
+    missing = [key for key, _ in config_checks.flatten(config) if key not in config_checks.RULES]
+    assert not missing, f"add a rule to retrieval/jobs/config_checks.py RULES for {missing}"
+    assert config_checks.config_problems(config) == []
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -88,24 +88,24 @@ def test_the_top_level_seed_on_the_command_line_reseeds_every_section(name):
 
     config = importlib.import_module(f"configs.{name}").get_config()
     config_path.set_value("seed", config, 7)
-    seeds = {key: value for key, value in validation.flatten(config.to_dict()) if key.split(".")[-1] == "seed"}
+    seeds = {key: value for key, value in config_checks.flatten(config.to_dict()) if key.split(".")[-1] == "seed"}
     assert len(seeds) >= 2 and set(seeds.values()) == {7}, seeds
 
 
 @pytest.mark.parametrize("name,key", every_key())
 def test_every_key_rejects_bad_values_naming_the_key(name, key):
     config = shipped(name)
-    for value in bad_values(validation.RULES[key]):
+    for value in bad_values(config_checks.RULES[key]):
         with pytest.raises(InputError, match=rf"config\.{key}\b.*must be") as caught:
-            validation.validate_config(with_value(config, key, value))
+            config_checks.validate_config(with_value(config, key, value))
         assert "\n" not in str(caught.value)
 
 
 def test_every_number_has_an_upper_bound():
     """A value that runs away (10^9 examples per batch, 10^6 epochs) is refused before any work, whatever the key."""
-    unbounded = [key for key, rule in validation.RULES.items() if rule.kind in ("int", "float", "ints")
+    unbounded = [key for key, rule in config_checks.RULES.items() if rule.kind in ("int", "float", "ints")
                  and rule.high is None]
-    assert not unbounded, f"give these keys an upper bound in retrieval/pipeline/validation.py RULES: {unbounded}"
+    assert not unbounded, f"give these keys an upper bound in retrieval/jobs/config_checks.py RULES: {unbounded}"
 
 
 @pytest.mark.parametrize("key,value", [("model.embedding_dim", 10**6), ("model.max_history", 10**7),
@@ -114,55 +114,55 @@ def test_every_number_has_an_upper_bound():
                                        ("data.engine_workers", 10**5), ("eval.ks", (10, 10**9))])
 def test_runaway_values_of_the_reported_keys_are_refused(key, value):
     with pytest.raises(InputError, match=rf"config\.{key}\b.*must be .*(in \[|<=)"):
-        validation.validate_config(with_value(shipped("two_tower"), key, value))
+        config_checks.validate_config(with_value(shipped("two_tower"), key, value))
 
 
 def test_settings_whose_memory_exceeds_the_machine_are_refused(monkeypatch):
     config = shipped("two_tower")
-    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 64 << 30)
-    validation.validate_config(with_value(config, "train.batch_size", 65536))  # 17.6 GiB for one step fit in 64...
-    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 8 << 30)
+    monkeypatch.setattr(config_checks, "physical_memory_bytes", lambda: 64 << 30)
+    config_checks.validate_config(with_value(config, "train.batch_size", 65536))  # 17.6 GiB for one step fit in 64...
+    monkeypatch.setattr(config_checks, "physical_memory_bytes", lambda: 8 << 30)
     with pytest.raises(InputError, match=r"config\.train\.batch_size.*one training step .*65536 x 65536 logits.*"
                                          r"needs at least 17\.6 GiB, more than this machine's 8\.0 GiB"):
-        validation.validate_config(with_value(config, "train.batch_size", 65536))  # ...not in 8
+        config_checks.validate_config(with_value(config, "train.batch_size", 65536))  # ...not in 8
     with pytest.raises(InputError, match=r"config\.data\.shuffle_buffer.*shuffle buffer"):
-        validation.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
+        config_checks.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
     with pytest.raises(InputError, match=r"config\.model\.objective\.estimator_buckets.*frequency estimator"):
-        validation.validate_config(with_value(with_value(config, "model.objective.estimator_buckets", 1 << 28),
+        config_checks.validate_config(with_value(with_value(config, "model.objective.estimator_buckets", 1 << 28),
                                               "model.objective.estimator_hashes", 8))
-    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 0)  # unknown: only the absolute caps apply
-    validation.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
+    monkeypatch.setattr(config_checks, "physical_memory_bytes", lambda: 0)  # unknown: only the absolute caps apply
+    config_checks.validate_config(with_value(config, "data.shuffle_buffer", 40_000_000))
 
 
 def test_embedding_tables_that_exceed_the_machine_are_refused_once_the_catalogue_is_known(monkeypatch):
     config = shipped("two_tower")  # 128-d item table, a separate 128-d history table, Adam: 2 slots
-    assert validation.table_bytes(dict(validation.flatten(config)), 1000, 50) == 4 * 1000 * 256 * 3
-    monkeypatch.setattr(validation, "physical_memory_bytes", lambda: 8 << 30)
-    validation.check_tables(config, 1_000_000, 10**6)  # 3.1 GB
+    assert config_checks.table_bytes(dict(config_checks.flatten(config)), 1000, 50) == 4 * 1000 * 256 * 3
+    monkeypatch.setattr(config_checks, "physical_memory_bytes", lambda: 8 << 30)
+    config_checks.check_tables(config, 1_000_000, 10**6)  # 3.1 GB
     with pytest.raises(InputError, match=r"config\.model\.embedding_dim.*3000000 items and 5 users need at least 8\.6 "
                                          r"GiB with their optimizer slots, more than this machine's 8\.0 GiB"):
-        validation.check_tables(config, 3_000_000, 5)
-    validation.check_tables(with_value(config, "train.strategy", "parameter_server"), 3_000_000, 5)  # on the ps
+        config_checks.check_tables(config, 3_000_000, 5)
+    config_checks.check_tables(with_value(config, "train.strategy", "parameter_server"), 3_000_000, 5)  # on the ps
     with pytest.raises(InputError, match=r"config\.item2vec\.dim"):
-        validation.check_tables(shipped("item2vec"), 10**8, 5)
+        config_checks.check_tables(shipped("item2vec"), 10**8, 5)
 
 
 def test_more_workers_than_the_cores_can_run_are_refused(monkeypatch):
-    monkeypatch.setattr(validation.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(config_checks.os, "cpu_count", lambda: 2)
     config = shipped("two_tower")
-    validation.validate_config(with_value(config, "data.engine_workers", 8))
+    config_checks.validate_config(with_value(config, "data.engine_workers", 8))
     with pytest.raises(InputError, match=r"config\.data\.engine_workers.*9 is more than this machine's 2 cores"):
-        validation.validate_config(with_value(config, "data.engine_workers", 9))
+        config_checks.validate_config(with_value(config, "data.engine_workers", 9))
     remote = with_value(config, "data.engine_address", "tcp://10.0.0.5:8786")
-    validation.validate_config(with_value(remote, "data.engine_workers", 9))  # a remote cluster's workers
+    config_checks.validate_config(with_value(remote, "data.engine_workers", 9))  # a remote cluster's workers
     with pytest.raises(InputError, match=r"config\.item2vec\.threads.*more than this machine's 2 cores"):
-        validation.validate_config(with_value(shipped("item2vec"), "item2vec.threads", 9))
+        config_checks.validate_config(with_value(shipped("item2vec"), "item2vec.threads", 9))
 
 
 def test_a_key_without_a_rule_is_reported():
     config = with_value(shipped("two_tower"), "train.foo", 1)
     with pytest.raises(InputError, match=r"config\.train\.foo.*unknown key"):
-        validation.validate_config(config)
+        config_checks.validate_config(config)
 
 
 def test_every_bad_key_is_reported_in_one_line():
@@ -170,7 +170,7 @@ def test_every_bad_key_is_reported_in_one_line():
     for key, value in {"train.epochs": 0, "train.batch_size": -5, "train.learning_rate": float("nan"),
                        "model.max_history": 0, "data.temporal_quantile": 1.5, "index.recall_k": 0}.items():
         config = with_value(config, key, value)
-    message = str(pytest.raises(InputError, validation.validate_config, config).value)
+    message = str(pytest.raises(InputError, config_checks.validate_config, config).value)
     for key in ("train.epochs", "train.batch_size", "train.learning_rate", "model.max_history",
                 "data.temporal_quantile", "index.recall_k"):
         assert f"config.{key}:" in message
@@ -178,12 +178,12 @@ def test_every_bad_key_is_reported_in_one_line():
 
 
 def test_rules_describe_what_is_allowed():
-    assert validation.RULES["train.epochs"].allowed() == "an integer in [1, 10000]"
-    assert validation.RULES["train.batch_size"].allowed() == "an integer in [1, 1048576]"
-    assert validation.RULES["data.temporal_quantile"].allowed() == "a finite number in (0, 1)"
-    assert validation.RULES["data.order"].allowed() == "one of 'auto', 'time', 'none'"
-    assert validation.RULES["data.order"].accepts("time") and not validation.RULES["data.order"].accepts("random")
-    assert validation.RULES["eval.baselines"].accepts(()) and not validation.RULES["eval.ks"].accepts(())
+    assert config_checks.RULES["train.epochs"].allowed() == "an integer in [1, 10000]"
+    assert config_checks.RULES["train.batch_size"].allowed() == "an integer in [1, 1048576]"
+    assert config_checks.RULES["data.temporal_quantile"].allowed() == "a finite number in (0, 1)"
+    assert config_checks.RULES["data.order"].allowed() == "one of 'auto', 'time', 'none'"
+    assert config_checks.RULES["data.order"].accepts("time") and not config_checks.RULES["data.order"].accepts("random")
+    assert config_checks.RULES["eval.baselines"].accepts(()) and not config_checks.RULES["eval.ks"].accepts(())
 
 
 @pytest.mark.parametrize("changes,key,message", [
@@ -213,18 +213,18 @@ def test_cross_key_checks(changes, key, message):
     for changed, value in changes.items():
         config = with_value(config, changed, value)
     with pytest.raises(InputError, match=rf"config\.{key}\b.*{message}"):
-        validation.validate_config(config)
+        config_checks.validate_config(config)
 
 
 def test_lift_check_off_needs_no_most_popular_baseline():
     config = with_value(shipped("two_tower"), "gate.min_lift_over_popular", -1.0)
-    validation.validate_config(with_value(with_value(config, "eval.baselines", ()), "gate.compare", ()))
+    config_checks.validate_config(with_value(with_value(config, "eval.baselines", ()), "gate.compare", ()))
 
 
 def test_item2vec_group_must_divide_the_batch():
     config = with_value(shipped("item2vec"), "item2vec.negative_group", 100)
     with pytest.raises(InputError, match=r"config\.item2vec\.negative_group.*must divide item2vec\.batch_size"):
-        validation.validate_config(config)
+        config_checks.validate_config(config)
 
 
 def test_gate_metrics_are_exactly_what_the_evaluation_reports():
@@ -236,7 +236,7 @@ def test_gate_metrics_are_exactly_what_the_evaluation_reports():
         metrics = evaluator.evaluate(rng.normal(size=(n_users, 4)), rng.normal(size=(n_items, 4)), train, test,
                                      ks=(2, 5), baselines=(), n_bootstrap=bootstrap)
         gateable = {k for k, v in metrics.items() if isinstance(v, (int, float)) and "/" not in k}
-        assert validation.evaluation_metrics((2, 5), bootstrap) == gateable
+        assert config_checks.evaluation_metrics((2, 5), bootstrap) == gateable
 
 
 def _log(path: Path, header: str) -> str:
@@ -248,25 +248,25 @@ def test_column_names_are_checked_in_the_header(tmp_path):
     config = shipped("two_tower")
     with pytest.raises(InputError, match=r"config\.data\.item_column.*has no column\(s\) \['item_id'\]; its columns are "
                                          r"\['user_id', 'item', 'timestamp'\]"):
-        validation.validate_config(with_value(config, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
+        config_checks.validate_config(with_value(config, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     (tmp_path / "bom.csv").write_text("\ufeffuser_id,item_id\nu1,i1\n", encoding="utf-8")  # as Excel writes it
-    validation.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
+    config_checks.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
     renamed = with_value(config, "data.item_column", "item")
-    validation.validate_config(with_value(renamed, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
+    config_checks.validate_config(with_value(renamed, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     with pytest.raises(InputError, match=r"config\.data\.train_path.*duplicate column name\(s\) \['item_id'\]"):
-        validation.validate_config(with_value(config, "data.train_path", _log(tmp_path / "d.csv", "user_id,item_id,item_id")))
+        config_checks.validate_config(with_value(config, "data.train_path", _log(tmp_path / "d.csv", "user_id,item_id,item_id")))
     temporal = with_value(with_value(config, "data.split", "temporal"), "data.train_path",
                           _log(tmp_path / "n.csv", "user_id,item_id,when"))
     with pytest.raises(InputError, match=r"config\.data\.timestamp_column.*\['timestamp'\]"):
-        validation.validate_config(temporal)
+        config_checks.validate_config(temporal)
     pd = pytest.importorskip("pandas")
     pd.DataFrame({"user_id": ["u"], "itemid": ["i"]}).to_parquet(tmp_path / "log.parquet")
     with pytest.raises(InputError, match=r"config\.data\.item_column.*log\.parquet has no column"):
-        validation.validate_config(with_value(config, "data.train_path", str(tmp_path / "log.parquet")))
+        config_checks.validate_config(with_value(config, "data.train_path", str(tmp_path / "log.parquet")))
     features = with_value(with_value(config, "data.item_features_path", _log(tmp_path / "f.csv", "item_id,genre,x")),
                           "data.item_features", "genres:multi")
     with pytest.raises(InputError, match=r"config\.data\.item_features.*\['genres'\]"):
-        validation.validate_config(features)
+        config_checks.validate_config(features)
 
 
 @pytest.mark.parametrize("run_id", ["../../x", "a/b", "latest", "", ".hidden", "a..b", "x" * 129, "a b", None])
@@ -338,11 +338,11 @@ def test_output_dir_must_be_writable(tmp_path):
 
 def test_validate_job_checks_the_model_name_run_id_and_output_dir(tmp_path):
     config = shipped("two_tower")
-    validation.validate_job(config, str(tmp_path), "r1")
+    config_checks.validate_job(config, str(tmp_path), "r1")
     with pytest.raises(InputError, match="config.name"):
-        validation.validate_job(with_value(config, "name", ".."), str(tmp_path), "r1")
+        config_checks.validate_job(with_value(config, "name", ".."), str(tmp_path), "r1")
     with pytest.raises(InputError, match="reserved"):
-        validation.validate_job(config, str(tmp_path), "latest")
+        config_checks.validate_job(config, str(tmp_path), "latest")
 
 
 def test_override_errors_name_the_key():

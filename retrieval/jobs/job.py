@@ -34,11 +34,11 @@ from retrieval.data import features as features_lib
 from retrieval.data import prepare, readers
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.pipeline import gate, identity, provenance, validation
-from retrieval.pipeline import warm_start as warm_start_lib
-from retrieval.pipeline.locations import new_run_id
-from retrieval.pipeline.publish import ModelDirectory
-from retrieval.pipeline.stages import StageRunner
+from retrieval.jobs import config_checks, gate, identity, provenance
+from retrieval.jobs import warm_start as warm_start_lib
+from retrieval.jobs.locations import new_run_id
+from retrieval.jobs.publish import ModelDirectory
+from retrieval.jobs.stages import StageRunner
 from retrieval.settings import MODEL_TYPES
 
 
@@ -250,7 +250,7 @@ class TrainingJob:
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
-        validation.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
+        config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
         sets = self._is_set_data()
         tuning = phase == "tuning"
         examples = prepare.load_examples(self.paths, not self._streamed(), c.model.max_history, c.data.history_keep,
@@ -319,7 +319,7 @@ class TrainingJob:
         from retrieval.models import item2vec
 
         item_vocab, user_vocab = self._vocabularies()
-        validation.check_tables(self.config, item_vocab.size, user_vocab.size)
+        config_checks.check_tables(self.config, item_vocab.size, user_vocab.size)
         users, items, timestamps = prepare.training_indices(self.paths, item_vocab, user_vocab)
         return item2vec.train_item2vec(self.config.item2vec, users, items, timestamps, item_vocab,
                                        checkpoint_dir=self.paths.checkpoints)

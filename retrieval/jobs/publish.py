@@ -33,8 +33,8 @@ from absl import logging
 
 from retrieval import artifacts
 from retrieval.cli import LockedError
-from retrieval.pipeline import identity
-from retrieval.pipeline.locations import LATEST, LINEAGES
+from retrieval.jobs import identity
+from retrieval.jobs.locations import LATEST, LINEAGES
 
 COMPLETE_MARKER = "stages/gate.json"
 

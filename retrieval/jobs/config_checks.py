@@ -1,6 +1,6 @@
 """One validation pass over a training run's configuration, run id and output directory, before any work.
 
-Every key of the configuration must have a rule in :data:`RULES` (type, range, choices; ``retrieval.pipeline.rules``);
+Every key of the configuration must have a rule in :data:`RULES` (type, range, choices; ``retrieval.jobs.rules``);
 a key without one is an error, so a key added to a config file cannot skip validation (``tests/test_validation.py``
 walks every key of every shipped config). Choices reuse the constants of the modules that read the keys. Cross-key
 checks follow (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
@@ -30,10 +30,10 @@ from retrieval.data import engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
 from retrieval.errors import InputError
 from retrieval.evaluation import metrics
+from retrieval.jobs import gate, identity, locations
+from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
 from retrieval.models import config as model_config
 from retrieval.models.item2vec import VECTORS
-from retrieval.pipeline import gate, identity, locations
-from retrieval.pipeline.rules import Rule, flag, integer, integers, names, number, one_of, text
 
 # Upper bounds (every number has one): generous for real work, far below what aborts or runs for days. The memory
 # a whole configuration needs at least is cross-checked against the machine (_memory).

@@ -20,8 +20,8 @@ from retrieval.errors import InputError
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NAME_RULE = "1-128 characters among letters, digits, '.', '_' and '-', starting with a letter or digit, without '..'"
 RUN_MARKERS = ("config.json", "manifest.json")  # a directory holding both is a run directory
-LATEST = "latest"  # the published-run link of a model directory (retrieval.pipeline.publish)
-LINEAGES = "lineages"  # the directory of each lineage's published-run link (retrieval.pipeline.publish)
+LATEST = "latest"  # the published-run link of a model directory (retrieval.jobs.publish)
+LINEAGES = "lineages"  # the directory of each lineage's published-run link (retrieval.jobs.publish)
 RESERVED_NAMES = (LATEST, LINEAGES)
 # Kernel interfaces mounted like directories: writing a run there fails half-way (or worse, writes kernel settings).
 PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs",

@@ -6,7 +6,7 @@ The identity is recorded when a run starts: ``config.json`` (the configuration),
 compares; a mismatch names the changed keys and files and asks for a new run id or ``--force``.
 
 A run also belongs to a *lineage* (:func:`lineage_of`): the runs trained on one data source, the only ones its gate
-compares it with and the only ones it may replace as published (``retrieval.pipeline.publish``). The lineage is
+compares it with and the only ones it may replace as published (``retrieval.jobs.publish``). The lineage is
 ``publish.lineage`` when set, else ``data-<12 hex digits>``: a digest of where the data comes from, the absolute
 paths of the input files and the user and item columns, not of their contents, so a daily retrain on a log that
 grows (or is re-exported) at the same path stays in its lineage, while a run on another dataset starts its own. A job
@@ -25,7 +25,7 @@ import ml_collections
 
 from retrieval import artifacts
 from retrieval.errors import InputError
-from retrieval.pipeline import provenance
+from retrieval.jobs import provenance
 
 INPUT_KEYS = ("train_path", "test_path", "validation_path", "item_features_path", "user_features_path")
 SOURCE_COLUMNS = ("user_column", "item_column")
