@@ -9,10 +9,10 @@ export TF_USE_LEGACY_KERAS := 1
 
 # The slowest test files (whole pipelines in subprocesses, benchmark smoke runs, multi-process serving and training,
 # measured with `pytest --durations`): `make test-fast` leaves them out for the inner loop; `make test` runs all.
-SLOW_TESTS := $(wildcard tests/test_benchmarks_*.py) $(addprefix tests/,test_pipeline_job.py \
-	test_pipeline_lineage_job.py test_pipeline_sets.py test_pipeline_tuning.py test_pipeline_streaming.py \
-	test_pipelines_eval.py test_distributed.py test_sampling_distributed.py test_parameter_server.py \
-	test_serving_workers.py)
+SLOW_TESTS := tests/benchmarks $(addprefix tests/,jobs/test_pipeline_job.py \
+	jobs/test_pipeline_lineage_job.py jobs/test_pipeline_sets.py jobs/test_pipeline_tuning.py \
+	jobs/test_pipeline_streaming.py pipelines/test_pipelines_eval.py test_distributed.py \
+	sampling/test_sampling_distributed.py test_parameter_server.py serving/test_serving_workers.py)
 
 .PHONY: setup run test test-fast lint bench constraints clean
 

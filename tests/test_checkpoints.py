@@ -11,8 +11,8 @@ import tensorflow as tf
 from retrieval import checkpoints, training
 from retrieval.errors import InputError
 from retrieval.models import build_model, item2vec
-from tests.test_item2vec import _config as item2vec_config
-from tests.test_item2vec import _planted
+from tests.models.test_item2vec import _config as item2vec_config
+from tests.models.test_item2vec import _planted
 from tests.test_training import data, model_config, train_config  # noqa: F401  (data is a fixture)
 
 

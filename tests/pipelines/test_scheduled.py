@@ -17,7 +17,7 @@ import pytest
 from pipelines import scheduled
 from retrieval import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAKE_JOB = """
 import os, sys
 print(f"args: {sys.argv[1:]}", flush=True)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RELOADS, WARM_UP, BOUND_MB = 100, 10, 20.0
 
 SCRIPT = r"""

@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_evaluation_fakes import make_run
+from tests.evaluation.test_evaluation_fakes import make_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args):

@@ -14,7 +14,7 @@ import pytest
 
 from retrieval import cli, quiet
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST_S = 15.0  # the issue's bound for a wrong input path; a cold TensorFlow import alone takes longer under load
 PROBE = """
 import json, runpy, sys

@@ -10,7 +10,7 @@ import pytest
 
 from retrieval.data import read_features, read_interactions, synthetic
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 @pytest.fixture(scope="module")

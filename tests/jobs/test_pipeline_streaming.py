@@ -8,10 +8,10 @@ import pandas as pd
 
 from retrieval.data.vocab import Vocabulary
 from retrieval.jobs.job import TrainingJob
-from tests.test_pipeline_job import log_path, make_config  # noqa: F401  (log_path is a fixture)
+from tests.jobs.test_pipeline_job import make_config
 
 
-def test_streamed_run_trains_from_shards_and_publishes(log_path, tmp_path):  # noqa: F811
+def test_streamed_run_trains_from_shards_and_publishes(log_path, tmp_path):
     config = make_config(log_path, **{"data.streaming": "on", "data.num_shards": 4,
                                       "model.objective.log_q": "static"})
     job = TrainingJob(config, str(tmp_path), "s1")
@@ -37,7 +37,7 @@ def test_streamed_run_trains_from_shards_and_publishes(log_path, tmp_path):  # n
         np.testing.assert_allclose(new["item"][2:], old["item"][2:], atol=1e-6)
 
 
-def test_streamed_set_run_trains_from_pair_shards(log_path, tmp_path):  # noqa: F811
+def test_streamed_set_run_trains_from_pair_shards(log_path, tmp_path):
     config = make_config(log_path, **{"data.streaming": "on", "data.num_shards": 3, "data.order": "none",
                                       "data.split": "random", "train.epochs": 1, "gate.min_lift_over_popular": -1.0})
     job = TrainingJob(config, str(tmp_path), "sets")
@@ -66,7 +66,7 @@ def _user_items_files(log_dir, directory):
     return paths
 
 
-def test_public_set_split_and_item2vec_run_streamed(log_path, tmp_path):  # noqa: F811
+def test_public_set_split_and_item2vec_run_streamed(log_path, tmp_path):
     """A user_items train/test pair (split=files) and an Item2Vec run both go through the streamed prepare."""
     files = _user_items_files(log_path, tmp_path)
     config = make_config(log_path, **{"data.streaming": "on", "data.num_shards": 3, "data.format": "user_items",

@@ -8,7 +8,7 @@ import pytest
 
 from retrieval.errors import InputError
 from retrieval.evaluation import runs
-from tests.test_evaluation_fakes import ITEMS, interactions, item_vectors, make_run
+from tests.evaluation.test_evaluation_fakes import ITEMS, interactions, item_vectors, make_run
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from retrieval.data import synthetic
 from retrieval.errors import GateError
 from retrieval.jobs import identity
 from retrieval.jobs.job import TrainingJob
-from tests.test_pipeline_job import make_config
+from tests.jobs.test_pipeline_job import make_config
 
 
 @pytest.fixture(scope="module")

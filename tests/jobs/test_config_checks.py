@@ -18,7 +18,7 @@ from retrieval.evaluation import evaluator
 from retrieval.jobs import config_checks, locations
 from retrieval.jobs.rules import MAX_ITEMS, Rule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ("two_tower", "youtube_dnn", "item2vec")
 
 

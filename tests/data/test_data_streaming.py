@@ -1,5 +1,5 @@
 """The example shards the prepare stage writes (retrieval/data/prepare.py) as streamed training reads them: the
-TFRecord next-item shards and the set-data pair shards (tests/test_data_prepare.py: the same data on every path)."""
+TFRecord next-item shards and the set-data pair shards (tests/data/test_data_prepare.py: the same data on every path)."""
 
 from pathlib import Path
 

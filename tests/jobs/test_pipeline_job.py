@@ -17,25 +17,13 @@ import pytest
 
 from retrieval import artifacts
 from retrieval.cli import EXIT_GATE_REFUSED
-from retrieval.data import synthetic
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.jobs import config_checks
 from retrieval.jobs.job import TrainingJob
 from retrieval.jobs.publish import ModelDirectory
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def log_path(tmp_path_factory):
-    interactions, items, users = synthetic.generate(num_users=300, num_items=200, interactions_per_user=20,
-                                                    num_clusters=5, seed=3)
-    directory = tmp_path_factory.mktemp("log")
-    interactions.to_csv(directory / "interactions.csv", index=False)
-    items.to_csv(directory / "items.csv", index=False)
-    users.to_csv(directory / "users.csv", index=False)
-    return directory
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_overrides(log_dir: Path) -> dict:

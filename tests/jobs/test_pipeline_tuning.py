@@ -8,7 +8,7 @@ import pandas as pd
 
 from retrieval.data import prepare
 from retrieval.jobs.job import TrainingJob
-from tests.test_pipeline_job import log_path, make_config  # noqa: F401  (log_path is a fixture)
+from tests.jobs.test_pipeline_job import make_config
 
 TUNING = {"train.validation_fraction": 0.1, "train.early_stopping_patience": 2, "train.epochs": 6,
           "gate.min_lift_over_popular": -1.0}
@@ -18,7 +18,7 @@ def _rows(frame: pd.DataFrame) -> list:
     return sorted(map(tuple, frame[["user_id", "item_id"]].astype(str).to_numpy()))
 
 
-def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, tmp_path):  # noqa: F811
+def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, tmp_path):
     job = TrainingJob(make_config(log_path, **TUNING), str(tmp_path), "tuned")
     job.run()
     holdout = job.stages.summary("prepare")["tuning"]
@@ -37,7 +37,7 @@ def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, t
     assert summary["steps"] == tuned["best_epoch"] * math.ceil(examples / 256)
 
 
-def test_sets_hold_out_a_random_share_and_a_given_validation_file_turns_it_off(log_path, tmp_path):  # noqa: F811
+def test_sets_hold_out_a_random_share_and_a_given_validation_file_turns_it_off(log_path, tmp_path):
     sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
             "train.refit": False, "train.epochs": 2}
     job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "sets")
