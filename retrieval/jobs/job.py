@@ -81,11 +81,6 @@ def _write_parquet(frame: Optional[pd.DataFrame], path) -> None:
         frame.reset_index(drop=True).to_parquet(tmp, index=False)
 
 
-def _inference_part_size(c: ml_collections.ConfigDict) -> int:
-    """``model.inference_part_size``, where 0 stands for the expected size of a set training draw."""
-    return c.model.inference_part_size or max(1, round(c.model.max_history * c.data.history_keep))
-
-
 class TrainingJob:
     """One run of the pipeline for ``config`` under ``<output_dir>/<config.name>/<run_id>``."""
 
@@ -247,6 +242,7 @@ class TrainingJob:
         ``epochs`` epochs, no early stopping)."""
         from retrieval import distributed, training
         from retrieval.models import build_model
+        from retrieval.models import config as model_config
 
         c = self.config
         item_vocab, user_vocab = self._vocabularies()
@@ -268,7 +264,8 @@ class TrainingJob:
             model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
                                 self._features("user", user_vocab),
                                 inference_history=c.model.inference_history if sets else None,
-                                inference_part_size=_inference_part_size(c) if sets else 0)
+                                inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
+                                                     if sets else 0))
         previous = self._warm_start_source()  # the run whose vocabularies the prepare stage kept stable
         if previous is not None and not any(checkpoints.glob("ckpt*")):
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in

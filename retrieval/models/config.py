@@ -149,3 +149,10 @@ def default_config() -> ml_collections.ConfigDict:
     # vectors [u / temperature, 1].
     config.objective.output_table = False
     return config
+
+
+def inference_part_size(model: ml_collections.ConfigDict, history_keep: float) -> int:
+    """``model.inference_part_size`` resolved: 0 stands for the expected size of a set-data training draw,
+    ``max_history * history_keep`` (``data.history_keep``), so inference pools parts of the size the tower was
+    trained on."""
+    return model.inference_part_size or max(1, round(model.max_history * history_keep))
