@@ -66,7 +66,7 @@ ML100K_VARIANTS = [
     ("sampled softmax, unigram^0.75 + log-Q", "youtube_dnn", {
         "data.item_features_path": "", "data.user_features_path": "", "model.user_tower.use_example_age": False}),
     ("in-batch, static log-Q", "two_tower", {"model.objective.log_q": "static"}),
-    ("in-batch, streaming log-Q", "two_tower", {"model.objective.log_q": "streaming"}),
+    ("in-batch, estimated log-Q", "two_tower", {"model.objective.log_q": "estimated"}),
     ("in-batch, no log-Q", "two_tower", {"model.objective.log_q": "none"}),
     ("Item2Vec (user = mean of history)", "item2vec", {}),
 ]

@@ -28,7 +28,7 @@ from configs.base import two_tower_config
 def get_config():
     config = two_tower_config("two_tower")
     # In-batch softmax; negatives are the other positives of the (global) batch, corrected by log p(item) from the
-    # training counts. "streaming" (Yi et al.'s estimator) follows drifting logs, but needs many steps per item to
+    # training counts. "estimated" (Yi et al.'s estimator) follows drifting logs, but needs many steps per item to
     # settle: on set-splits/lastfm (63 steps per epoch) it lost 0.047 validation recall@20 (0.2527 vs 0.2994).
     config.model.objective.name = "in_batch"
     config.model.objective.log_q = "static"

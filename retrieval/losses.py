@@ -282,7 +282,7 @@ def in_batch_softmax(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf
     clips ``p`` to ``[1e-6, 1]``; no clipping here, so ``Q`` may be an expected count above 1.)
 
     What ``Q`` is: for the batch columns, the probability that the item is in a batch (``sampling.static_log_q`` or
-    ``sampling.StreamingFrequencyEstimator``); for the extras, the sampler's expected count (``sampled_log_q``).
+    ``sampling.FrequencyEstimator``); for the extras, the sampler's expected count (``sampled_log_q``).
     A per-column correction by the producing mechanism estimates ``sum_c exp(s_c)`` once per mechanism; for the
     mixture estimate (Yang et al. 2020 mixed negative sampling, balance heuristic) pass for *every* column the log
     of the total expected count ``Q_batch(c) + Q_extra(c)`` (``sampling.mixture_log_q``): on the same count scale,
@@ -325,7 +325,7 @@ def in_batch_logistic(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[t
     as for the sampled ones: ``log_q`` given and no ids is NCE (learns ``log P``), with ``candidate_ids`` (hits
     masked) it is sampled logistic (log-odds), no ``log_q`` is negative sampling (``log P / Q``). ``Q`` must be the
     expected count of the item among a row's ``B - 1`` noise columns (``log(B - 1) + static_log_q(counts)``, or the
-    streaming estimate of the probability of being in a batch, which approximates it for items rarer than one per
+    estimate of the probability of being in a batch, which approximates it for items rarer than one per
     batch), summed with the extras' expected count for mixed negatives (``sampling.mixture_log_q``).
 
     Args:

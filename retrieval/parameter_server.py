@@ -18,7 +18,7 @@ What changes against the all-reduce strategies:
   ``W``-th one (``Dataset.shard`` with a lane drawn from a counter on the parameter servers), so together the workers
   read each batch once. Which worker runs which step, and in which order the updates land, is not deterministic.
 * XLA is off (``training.use_jit_compile``): the steps run on remote workers against remote variables.
-* The streaming frequency estimator's state (rank-1 arrays) stays whole on one ``ps`` task (``table_partitioner``
+* The frequency estimator's state (rank-1 arrays) stays whole on one ``ps`` task (``table_partitioner``
   splits rank-2 tables only). Its step counts worker steps, so it estimates the probability that an item is in one
   worker's batch, the batch of that worker's in-batch softmax. Its read-modify-write is not atomic across workers:
   two workers updating the same bucket at once keep one of the two updates (a little noise, no error).

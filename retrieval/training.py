@@ -1,7 +1,7 @@
 """Training: Keras ``fit`` over ``tf.data`` with resumable checkpoints, a learning-rate schedule, progress logs,
 TensorBoard and optional early stopping on a validation metric.
 
-Resumption: ``fit`` restores the latest checkpoint of ``checkpoint_dir`` (model weights, the streaming frequency
+Resumption: ``fit`` restores the latest checkpoint of ``checkpoint_dir`` (model weights, the frequency
 estimator, optimizer slots and the step ``optimizer.iterations``) and continues the *same* stream of batches: the
 pipeline is ``shuffle(seed) -> repeat -> batch``, deterministic under the seed, and skips the batches already
 trained on. Training ends after exactly ``epochs * steps_per_epoch`` steps whether or not it was interrupted. Keras

@@ -33,7 +33,7 @@ examples = {"user": rng.integers(2, users.size, N).astype(np.int32), "history": 
             "label": rng.zipf(1.6, N).clip(max=items.size - 3).astype(np.int32) + 2}  # duplicates: accidental hits
 config = default_config()
 config.embedding_dim, config.item_tower.id_embedding_dim, config.user_tower.hidden_units = 8, 8, (16,)
-config.objective.log_q = "streaming"
+config.objective.log_q = "estimated"
 """
 
 REPLICAS = COMMON + """

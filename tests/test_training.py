@@ -28,13 +28,13 @@ def data():
 
 
 def model_config():
-    """In-batch softmax with the streaming estimator (its state must survive a resume). No sampled negatives: the
+    """In-batch softmax with the frequency estimator (its state must survive a resume). No sampled negatives: the
     candidate-sampler ops keep a hidden random state that a checkpoint cannot hold, so only the sampler-free
     objectives resume bit for bit."""
     config = default_config()
     config.embedding_dim, config.item_tower.id_embedding_dim = 6, 6
     config.user_tower.hidden_units = (8,)
-    config.objective.log_q = "streaming"
+    config.objective.log_q = "estimated"
     return config
 
 
@@ -66,7 +66,7 @@ def test_schedule_warms_up_then_follows_the_cosine():
 
 
 def training_state(model):
-    """What a resumed run must reproduce: the trainable weights and the streaming estimator (not the metrics)."""
+    """What a resumed run must reproduce: the trainable weights and the frequency estimator (not the metrics)."""
     return [*model.trainable_variables, *model.objective.estimator.weights]
 
 
@@ -147,10 +147,10 @@ def test_jit_compile_auto_is_on_exactly_for_sampler_free_objectives_on_one_repli
         training.use_jit_compile(train_config(jit_compile="yes"), in_batch)
 
 
-@pytest.mark.parametrize("objective, log_q", [("in_batch", "streaming"), ("full_softmax", "none")])
+@pytest.mark.parametrize("objective, log_q", [("in_batch", "estimated"), ("full_softmax", "none")])
 def test_xla_step_with_dense_embedding_gradients_equals_the_sparse_step(data, objective, log_q):
     """The XLA-compiled step sums the embedding row gradients densely; Keras's uncompiled step de-duplicates them.
-    Both must move every variable (and the streaming estimator) the same way."""
+    Both must move every variable (and the frequency estimator) the same way."""
     items, users, examples = data
     config = model_config()
     config.objective.name, config.objective.log_q = objective, log_q

@@ -16,7 +16,7 @@ from retrieval.models.layers import Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
-from retrieval.sampling.frequency import StreamingFrequencyEstimator
+from retrieval.sampling.frequency import FrequencyEstimator
 from retrieval.sampling.samplers import CandidateSampler
 
 
@@ -51,8 +51,8 @@ def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.La
     _check_choice(objective.log_q, config_lib.LOG_Q_MODES, "model.objective.log_q")
     log_q = "none" if objective.name == "negative_sampling" else objective.log_q  # NEG has no correction
     estimator = None
-    if log_q == "streaming":
-        estimator = StreamingFrequencyEstimator(objective.estimator_buckets or item_vocab.size,
+    if log_q == "estimated":
+        estimator = FrequencyEstimator(objective.estimator_buckets or item_vocab.size,
                                                 objective.estimator_alpha, objective.estimator_hashes,
                                                 seed=config.seed, name="frequency_estimator")
     sampler = _sampler(config, item_vocab) if objective.num_negatives > 0 else None

@@ -12,7 +12,7 @@ import ml_collections
 OBJECTIVES = ("sampled_softmax", "in_batch", "full_softmax", "nce", "negative_sampling", "sampled_logistic",
               "full_logistic", "ccl", "bsl")
 NEGATIVES = ("sampled", "in_batch")
-LOG_Q_MODES = ("none", "static", "streaming")
+LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
 POOLINGS = ("mean", "attention")
 # Objectives whose negatives may come from a candidate sampler (then selected by objective.negatives == "sampled").
@@ -134,13 +134,13 @@ def default_config() -> ml_collections.ConfigDict:
     config.objective.distortion = 0.75
     # Log-Q correction of in-batch negatives (in_batch, and nce / sampled_logistic with negatives="in_batch";
     # negative_sampling has none): "none", "static" (log count/total from the training counts: the per-draw
-    # probability, exact for a fixed training set) or "streaming" (Yi et al. 2019 estimator of the probability that
+    # probability, exact for a fixed training set) or "estimated" (Yi et al. 2019 estimator of the probability that
     # an item is in a batch, updated once per training step and checkpointed; it adapts to drift, but saturates at 1
     # for items in nearly every batch, which under-corrects the head when batch_size * frequency ~ 1: small
     # catalogues, large batches). "none" is kept for comparison: it recommends popular items.
     config.objective.log_q = "static"
-    # Streaming estimator: hash buckets (0: the item vocabulary size, which makes the first hash collision-free),
-    # learning rate alpha (about 1/alpha occurrences to adapt) and number of hash functions.
+    # The frequency estimator (log_q="estimated"): hash buckets (0: the item vocabulary size, which makes the first
+    # hash collision-free), learning rate alpha (about 1/alpha occurrences to adapt) and number of hash functions.
     config.objective.estimator_buckets = 0
     config.objective.estimator_alpha = 0.01
     config.objective.estimator_hashes = 1

@@ -9,7 +9,7 @@ a softmax loss and the binary (logistic) ones:
   ``sampled_logistic``. Candidates come from the item tower, or from an ``OutputTable`` (the classic YoutubeDNN
   softmax weights ``W`` and bias ``b``).
 * ``InBatchNegatives``: the other positives of the *global* batch are the negatives (gathered across replicas),
-  corrected by how often the item is in a batch: static counts or the streaming estimator (Yi et al. 2019,
+  corrected by how often the item is in a batch: static counts or the frequency estimator (Yi et al. 2019,
   section 4), updated once per training step. Optional mixed negatives (Yang et al. 2020): extra sampled items;
   then every column is corrected by ``log(Q_batch + Q_sampler)`` (``sampling.mixture_log_q``), both expected counts.
   Losses ``in_batch`` (softmax), ``nce``, ``negative_sampling``, ``sampled_logistic`` (the batch as the noise).
@@ -34,7 +34,7 @@ import tensorflow as tf
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed, losses
 from retrieval.models.layers import Initializers
-from retrieval.sampling.frequency import StreamingFrequencyEstimator, mixture_log_q, static_log_q
+from retrieval.sampling.frequency import FrequencyEstimator, mixture_log_q, static_log_q
 from retrieval.sampling.samplers import NUM_RESERVED_IDS, CandidateSampler
 
 BINARY = {"nce": (True, False), "negative_sampling": (False, False), "sampled_logistic": (True, True)}
@@ -136,18 +136,18 @@ class InBatchNegatives(tf.keras.layers.Layer):
     importance weights) and ``bsl`` the bilateral softmax (``losses.in_batch_bilateral_softmax``: ``negative_weight``),
     both with the same columns and corrections as the softmax. The binary losses do not cancel a scale
     common to every ``Q``, so their static correction is the expected count among a row's noise columns,
-    ``(B - 1) count / total`` (``B`` the global batch); the streaming estimate (probability of being in a batch)
+    ``(B - 1) count / total`` (``B`` the global batch); the estimated probability (probability of being in a batch)
     approximates it for items rarer than one per batch.
 
     Args:
       item_tower: embeds item indices.
       temperature: ``T``.
-      log_q: "none", "static" (``counts`` required) or "streaming" (``estimator`` required); negative sampling
+      log_q: "none", "static" (``counts`` required) or "estimated" (``estimator`` required); negative sampling
         takes "none" (it has no correction).
       counts: ``[V]`` training counts for the static correction (per-draw probability ``count / total``; a factor
         common to all columns cancels in the softmax; with mixed negatives or a binary loss it is scaled to the
         expected count per global batch).
-      estimator: the streaming estimator, updated with the batch's labels once per training step.
+      estimator: the frequency estimator, updated with the batch's labels once per training step.
       sampler: extra negatives shared by the batch (mixed negative sampling), or None.
       loss: "in_batch", one of ``BINARY`` or one of ``IN_BATCH_ONLY``.
       margin: ``ccl``'s margin on the negatives' cosine.
@@ -155,7 +155,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
     """
 
     def __init__(self, item_tower: tf.keras.layers.Layer, temperature: float, log_q: str = "none",
-                 counts: Optional[np.ndarray] = None, estimator: Optional[StreamingFrequencyEstimator] = None,
+                 counts: Optional[np.ndarray] = None, estimator: Optional[FrequencyEstimator] = None,
                  sampler: Optional[CandidateSampler] = None, loss: str = "in_batch", margin: float = 0.9,
                  negative_weight: float = 1.0):
         super().__init__(name="in_batch_softmax" if loss == "in_batch" else f"in_batch_{loss}")
@@ -181,7 +181,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
         """Log probability that each id appears in a batch (on the scale of its mode), or None."""
         if self.log_q_mode == "static":
             return tf.gather(self._static_log_q, ids)
-        if self.log_q_mode == "streaming":
+        if self.log_q_mode == "estimated":
             return self.estimator.log_probability(ids)
         return None
 

@@ -1,4 +1,4 @@
-"""Candidate frequencies for the log-Q correction: static (from counts) and streaming (Yi et al. 2019).
+"""Candidate frequencies for the log-Q correction: static (from counts) and estimated while training (Yi et al. 2019).
 
 In-batch softmax uses the batch itself as the proposal, so the ``Q(c)`` that ``retrieval.losses.in_batch_softmax``
 subtracts is how often ``c`` shows up in batches. Three scales are in use:
@@ -10,7 +10,7 @@ subtracts is how often ``c`` shows up in batches. Three scales are in use:
   Exact for mixing with sampled negatives (``mixture_log_q``), where the scales must agree because a common factor
   no longer cancels; duplicates stay separate columns in the in-batch softmax, so this is their expected count.
 * ``1 - (1 - f) ** B``: the probability that the item appears at least once in a batch of ``B``
-  (``static_log_q(counts, batch_size=B)``; what the streaming estimator of Yi et al. 2019 measures). It equals
+  (``static_log_q(counts, batch_size=B)``; what the frequency estimator of Yi et al. 2019 measures). It equals
   ``B * f`` for items rarer than about one per batch and saturates at 1 for head items, which appear in nearly every
   batch however popular they are, so it corrects the head less than ``B * f`` does.
 """
@@ -67,7 +67,7 @@ def mixture_log_q(*log_expected_counts: tf.Tensor) -> tf.Tensor:
     multiple importance sampling, Veach & Guibas 1995) keeps the estimate of the partition function unbiased and
     bounds a tail item's weight by ``1 / Q_extra``. Each argument must be on the expected-count scale: for the batch
     ``log(B) + static_log_q(counts)`` (or, approximately, the per-batch probability of ``static_log_q(counts, B)`` or
-    of ``StreamingFrequencyEstimator``), for sampled extras the sampler's log expected count.
+    of ``FrequencyEstimator``), for sampled extras the sampler's log expected count.
 
     Args:
       *log_expected_counts: tensors of the same shape, one per mechanism, for the same candidates.
@@ -79,8 +79,9 @@ def mixture_log_q(*log_expected_counts: tf.Tensor) -> tf.Tensor:
     return tf.reduce_logsumexp(stacked, axis=0)
 
 
-class StreamingFrequencyEstimator(tf.keras.layers.Layer):
-    """Streaming estimate of the probability that an item appears in a batch (Yi et al. 2019, Algorithms 2-3).
+class FrequencyEstimator(tf.keras.layers.Layer):
+    """Estimate of the probability that an item appears in a batch, updated while training (Yi et al. 2019,
+    Algorithms 2-3, their "streaming frequency estimation"; ``log_q="estimated"``).
 
     "Sampling-Bias-Corrected Neural Modeling for Large Corpus Item Recommendations" (RecSys 2019), section 4. Two
     arrays over ``H`` hash buckets: ``A[h]`` the global step at which bucket ``h`` was last seen, ``B[h]`` an

@@ -56,7 +56,7 @@ def cli_args(log_dir: Path, output_dir: Path, run_id: str, **extra) -> list:
 
 
 def test_run_publishes_every_artifact(log_path, tmp_path):
-    # Static log-Q: on 200 items the margin over popularity is widest (streaming is exercised by the other tests).
+    # Static log-Q: on 200 items the margin over popularity is widest (the estimator is exercised by the other tests).
     job = TrainingJob(make_config(log_path, **{"model.objective.log_q": "static"}), str(tmp_path), "r1")
     outcome = job.run()
     paths = job.paths

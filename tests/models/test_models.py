@@ -190,10 +190,10 @@ def test_in_batch_static_log_q_matches_tfrs_sampling_correction(vocabs, batch):
     np.testing.assert_allclose(loss, reference.numpy(), rtol=1e-5)
 
 
-@pytest.mark.parametrize("log_q", ["streaming", "static"])
+@pytest.mark.parametrize("log_q", ["estimated", "static"])
 def test_mixed_negatives_use_the_mixture_correction(vocabs, batch, log_q):
     """Reference: TFRS Retrieval over batch + sampled columns with Q = Q_batch + Q_sampler for every column, both
-    expected counts (streaming: probability of being in a batch; static: B * count / total)."""
+    expected counts (estimated: probability of being in a batch; static: B * count / total)."""
     items, users = vocabs
     model = build_model(small_config(log_q=log_q, num_negatives=4), items, users)
     objective = model.objective
@@ -202,7 +202,7 @@ def test_mixed_negatives_use_the_mixture_correction(vocabs, batch, log_q):
     objective.sampler.sample = lambda _: drawn  # replay one draw in the model and the reference
     sampled_ids, sampled_log_q, true_log_q = (t.numpy() for t in drawn)
     ids = np.r_[batch["label"], sampled_ids]
-    if log_q == "streaming":
+    if log_q == "estimated":
         objective.estimator.update(labels)
         batch_q = objective.estimator.probability(tf.constant(ids)).numpy()
     else:
@@ -274,8 +274,8 @@ def test_output_table_scores_fold_bias_and_temperature(vocabs, batch):
     assert model.metric == "dot"
 
 
-def test_streaming_estimator_updates_once_per_train_step_only(vocabs, batch):
-    model = build_model(small_config(log_q="streaming"), *vocabs)
+def test_frequency_estimator_updates_once_per_train_step_only(vocabs, batch):
+    model = build_model(small_config(log_q="estimated"), *vocabs)
     model.compile(optimizer=tf.keras.optimizers.SGD(0.1))
     data = tf.data.Dataset.from_tensor_slices(batch).batch(4)
     model.fit(data, epochs=1, verbose=0)
@@ -319,14 +319,14 @@ def retrieval_loss(model, batch):
 
 
 @pytest.mark.parametrize("objective", [
-    dict(name="in_batch", log_q="streaming", num_negatives=3),
+    dict(name="in_batch", log_q="estimated", num_negatives=3),
     dict(name="sampled_softmax", num_negatives=6, output_table=True),
     dict(name="full_softmax"),
     dict(name="nce", num_negatives=6), dict(name="nce", num_negatives=6, output_table=True),
     dict(name="nce", negatives="in_batch"), dict(name="nce", negatives="in_batch", num_negatives=3),
     dict(name="negative_sampling", num_negatives=6), dict(name="negative_sampling", negatives="in_batch"),
     dict(name="sampled_logistic", num_negatives=6, sampler="log_uniform"),
-    dict(name="sampled_logistic", negatives="in_batch", log_q="streaming"),
+    dict(name="sampled_logistic", negatives="in_batch", log_q="estimated"),
     dict(name="full_logistic")])
 def test_training_reduces_the_retrieval_loss(vocabs, features, batch, objective):
     model = build_model(small_config(**objective), *vocabs, *features)

@@ -1,4 +1,4 @@
-"""Candidate samplers, static and mixture log-Q, and the mechanics of the streaming frequency estimator."""
+"""Candidate samplers, static and mixture log-Q, and the mechanics of the frequency estimator."""
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from retrieval.errors import InputError
-from retrieval.sampling import CandidateSampler, StreamingFrequencyEstimator, mixture_log_q, static_log_q
+from retrieval.sampling import CandidateSampler, FrequencyEstimator, mixture_log_q, static_log_q
 
 V = 22  # 20 items + <pad>, <oov>
 ITEMS = np.arange(2, V)
@@ -125,7 +125,7 @@ def test_mixture_log_q_is_log_of_summed_expected_counts():
     np.testing.assert_allclose(mixture_log_q(a, b).numpy(), np.log(np.exp(a) + np.exp(b)), rtol=1e-6)
 
 
-# ----- streaming estimator: mechanics -----
+# ----- frequency estimator: mechanics -----
 
 def _reference_estimate(stream, num_buckets, alpha, num_hashes, estimator, query):
     """Yi et al. 2019 Algorithms 2-3 as a plain loop, one update per bucket per step, for comparison."""
@@ -142,7 +142,7 @@ def _reference_estimate(stream, num_buckets, alpha, num_hashes, estimator, query
 
 
 def test_estimator_hand_computed_example():
-    est = StreamingFrequencyEstimator(num_buckets=64, alpha=0.5)
+    est = FrequencyEstimator(num_buckets=64, alpha=0.5)
     for ids in ([2, 3], [2], [3, 3], [2]):
         est.update(tf.constant(ids))
     # 2: gap 1 at step 1, then 0.5*1 + 0.5*(2-1) = 1, then 0.5*1 + 0.5*(4-2) = 1.5.
@@ -158,7 +158,7 @@ def test_estimator_in_tf_function_equals_reference_loop(num_hashes, jit_compile)
     """Vectorised in-graph update (also XLA-compiled) == sequential reference, with collisions (8 buckets)."""
     rng = np.random.default_rng(3)
     stream = rng.integers(2, 32, size=(60, 12))
-    est = StreamingFrequencyEstimator(num_buckets=8, alpha=0.2, num_hashes=num_hashes)
+    est = FrequencyEstimator(num_buckets=8, alpha=0.2, num_hashes=num_hashes)
     step = tf.function(est.update, jit_compile=jit_compile)
     for ids in stream:
         step(tf.constant(ids))
@@ -169,11 +169,11 @@ def test_estimator_in_tf_function_equals_reference_loop(num_hashes, jit_compile)
 
 
 def test_estimator_is_checkpointed_and_tracked_by_keras_models(tmp_path):
-    est = StreamingFrequencyEstimator(num_buckets=32, alpha=0.1, num_hashes=2)
+    est = FrequencyEstimator(num_buckets=32, alpha=0.1, num_hashes=2)
     for ids in ([2, 3, 4], [2, 5], [2, 3]):
         est.update(tf.constant(ids))
     path = tf.train.Checkpoint(estimator=est).write(str(tmp_path / "ckpt"))
-    restored = StreamingFrequencyEstimator(num_buckets=32, alpha=0.1, num_hashes=2)
+    restored = FrequencyEstimator(num_buckets=32, alpha=0.1, num_hashes=2)
     tf.train.Checkpoint(estimator=restored).read(path).assert_consumed()
     query = tf.constant([2, 3, 4, 5, 6])
     np.testing.assert_array_equal(restored.probability(query).numpy(), est.probability(query).numpy())
@@ -182,7 +182,7 @@ def test_estimator_is_checkpointed_and_tracked_by_keras_models(tmp_path):
     class Holder(tf.keras.Model):
         def __init__(self):
             super().__init__()
-            self.frequency = StreamingFrequencyEstimator(num_buckets=16, alpha=0.1)
+            self.frequency = FrequencyEstimator(num_buckets=16, alpha=0.1)
 
     holder = Holder()
     assert len(holder.non_trainable_weights) == 3 and not holder.trainable_weights
@@ -192,4 +192,4 @@ def test_estimator_rejects_bad_parameters():
     for kwargs in (dict(num_buckets=0, alpha=0.1), dict(num_buckets=8, alpha=0.0), dict(num_buckets=8, alpha=1.5),
                    dict(num_buckets=8, alpha=0.1, num_hashes=0)):
         with pytest.raises(InputError):
-            StreamingFrequencyEstimator(**kwargs)
+            FrequencyEstimator(**kwargs)

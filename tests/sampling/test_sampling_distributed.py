@@ -1,4 +1,4 @@
-"""StreamingFrequencyEstimator under tf.distribute.MirroredStrategy (2 logical CPUs) equals one device.
+"""FrequencyEstimator under tf.distribute.MirroredStrategy (2 logical CPUs) equals one device.
 
 Runs in a subprocess: logical devices must be configured before TensorFlow initialises its runtime, which other test
 modules in this process have already done.
@@ -18,20 +18,20 @@ import tensorflow as tf
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from retrieval.sampling import StreamingFrequencyEstimator
+from retrieval.sampling import FrequencyEstimator
 
 items, batch, steps = 200, 64, 300
 p = 1.0 / np.arange(1, items + 1)
 stream = np.random.default_rng(0).choice(items, size=(steps, batch), p=p / p.sum()) + 2
 
-single = StreamingFrequencyEstimator(num_buckets=128, alpha=0.05, num_hashes=2)
+single = FrequencyEstimator(num_buckets=128, alpha=0.05, num_hashes=2)
 single_step = tf.function(single.update)
 for ids in stream:
     single_step(tf.constant(ids))
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
-    mirrored = StreamingFrequencyEstimator(num_buckets=128, alpha=0.05, num_hashes=2)
+    mirrored = FrequencyEstimator(num_buckets=128, alpha=0.05, num_hashes=2)
 dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(stream).unbatch().batch(batch))
 
 @tf.function

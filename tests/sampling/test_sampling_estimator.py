@@ -1,4 +1,4 @@
-"""StreamingFrequencyEstimator against a known distribution: Zipf item stream, batches of 256, fixed seeds.
+"""FrequencyEstimator against a known distribution: Zipf item stream, batches of 256, fixed seeds.
 
 The true per-batch probability of item k is 1 - (1 - p_k)^B (batches are B independent draws from p).
 """
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from retrieval.sampling import StreamingFrequencyEstimator
+from retrieval.sampling import FrequencyEstimator
 
 NUM_ITEMS, BATCH = 1000, 256
 IDS = np.arange(NUM_ITEMS) + 2  # item of popularity rank k has index k + 2
@@ -53,7 +53,7 @@ def _relative_error(estimator, ids, truth):
 
 def test_estimate_within_10_percent_for_100_most_frequent_items(stream):
     """alpha = 0.001, 20000 steps, 4096 buckets (no collision): every top-100 item within 10% (measured: 4.5%)."""
-    estimator = _train(StreamingFrequencyEstimator(num_buckets=4096, alpha=0.001), stream)
+    estimator = _train(FrequencyEstimator(num_buckets=4096, alpha=0.001), stream)
     error = _relative_error(estimator, IDS[:100], _per_batch(_zipf())[:100])
     assert np.abs(error).max() < 0.10, np.abs(error).max()
     assert int(estimator.step) == 20000
@@ -70,7 +70,7 @@ def test_estimate_follows_a_distribution_shift():
     permutation = np.random.default_rng(1).permutation(NUM_ITEMS)
     after = _zipf(permutation)
     new_top, old_top = permutation[:100], np.arange(100)
-    estimator = _train(StreamingFrequencyEstimator(num_buckets=4096, alpha=0.01), _stream(before, 5000, seed=2))
+    estimator = _train(FrequencyEstimator(num_buckets=4096, alpha=0.01), _stream(before, 5000, seed=2))
     assert np.abs(_relative_error(estimator, IDS[old_top], _per_batch(before)[old_top])).mean() < 0.05
     assert np.abs(_relative_error(estimator, IDS[new_top], _per_batch(after)[new_top])).mean() > 0.5
 
@@ -84,7 +84,7 @@ def test_estimate_follows_a_distribution_shift():
 @pytest.fixture(scope="module")
 def collided(stream):
     """alpha = 0.01, 5000 steps, 250 buckets per hash for 1000 items, with 1, 2 and 4 hash functions."""
-    return {m: _train(StreamingFrequencyEstimator(num_buckets=250, alpha=0.01, num_hashes=m), stream[:5000])
+    return {m: _train(FrequencyEstimator(num_buckets=250, alpha=0.01, num_hashes=m), stream[:5000])
             for m in (1, 2, 4)}
 
 
