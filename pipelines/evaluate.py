@@ -65,10 +65,7 @@ def _check_flags(ks: Optional[list[int]]) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if not _RUN_DIR.value:
-        raise InputError("--run_dir is required", field="run_dir")
+    cli.check_arguments(argv, _RUN_DIR)
     ks = _ints(_KS.value, "ks") if _KS.value else None
     _check_flags(ks)
     from retrieval.evaluation import runs  # TensorFlow loads only now: --help and flag errors stay instant

@@ -26,11 +26,7 @@ _VERSION = flags.DEFINE_integer("version", 0, "Version number to write (0: one m
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
-    for flag in (_RUN_DIR, _BASE_DIR):
-        if not flag.value:
-            raise InputError(f"--{flag.name} is required", field=flag.name)
+    cli.check_arguments(argv, _RUN_DIR, _BASE_DIR)
     if _VERSION.value < 0:
         raise InputError(f"--version must be >= 0, got {_VERSION.value}", field="version")
     from retrieval.export import tf_serving_dir  # TensorFlow loads after the flags are checked

@@ -36,11 +36,7 @@ _INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Allow recommending i
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
-    for flag in (_RUN_DIR, _OUTPUT):
-        if not flag.value:
-            raise InputError(f"--{flag.name} is required", field=flag.name)
+    cli.check_arguments(argv, _RUN_DIR, _OUTPUT)
     if _K.value < 1:
         raise InputError(f"--k must be at least 1, got {_K.value}", field="k")
     if _CHUNK_USERS.value < 1:

@@ -16,7 +16,6 @@ from absl import flags
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
-from retrieval.errors import InputError
 from retrieval.jobs import locations
 from retrieval.serving import batcher
 from retrieval.serving.app import Limits
@@ -57,8 +56,7 @@ flags.mark_flag_as_required("run_dir")
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.check_arguments(argv)
     limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
                     max_body_bytes=FLAGS.max_body_bytes)
     run_dir = locations.lineage_dir(FLAGS.run_dir, FLAGS.lineage) if FLAGS.lineage else FLAGS.run_dir

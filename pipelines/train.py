@@ -17,7 +17,6 @@ from absl import flags, logging
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from retrieval import cli
-from retrieval.errors import InputError
 from retrieval.jobs import config_checks, locations
 
 _CONFIG = cli.define_config_file(
@@ -32,8 +31,7 @@ _FORCE = flags.DEFINE_bool("force", False, "Redo every stage of an existing run 
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.check_arguments(argv)
     run_id = _RUN_ID.value or locations.new_run_id()
     config_checks.validate_job(_CONFIG.value, _OUTPUT_DIR.value, run_id)
     from retrieval.jobs.job import TrainingJob  # TensorFlow loads only now: every check above answers in seconds

@@ -99,6 +99,15 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     return remaining
 
 
+def check_arguments(argv: Sequence[str], *required: flags.FlagHolder) -> None:
+    """Refuses positional arguments and empty ``required`` flags with an ``InputError`` naming them (exit 2)."""
+    if len(argv) > 1:
+        raise InputError(f"unexpected arguments: {' '.join(argv[1:])}")
+    for flag in required:
+        if not flag.value:
+            raise InputError(f"--{flag.name} is required", field=flag.name)
+
+
 def _exit_input_error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(EXIT_INPUT_ERROR)
