@@ -208,8 +208,9 @@ def partition(settings: Settings, number: int, part: str, path: str) -> dict:
         nonlocal count
         for frame in readers.interaction_batches(path, settings.format, settings.columns):
             frame = _conform(frame, part, settings.has_time)
-            if settings.has_time and part == "train":
-                times.append(pd.Series(frame["timestamp"].to_numpy()).value_counts(sort=False))
+            if settings.split == "temporal" and part == "train":  # the cut-off's summary, summed as it grows
+                times[:] = [pd.concat([*times, pd.Series(frame["timestamp"].to_numpy()).value_counts(sort=False)])
+                            .groupby(level=0).sum()]
             frame["shard"] = shard_of(frame["user_id"], settings.num_shards)
             count += len(frame)
             yield from pa.Table.from_pandas(frame, preserve_index=False).to_batches()
