@@ -25,6 +25,7 @@ the prepare was not streamed, streamed from the shard files when it was.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import shutil
 from pathlib import Path
 from typing import Iterator, Optional
@@ -200,17 +201,17 @@ def _conform(frame: pd.DataFrame, part: str, has_time: bool) -> pd.DataFrame:
 
 
 def partition(settings: Settings, number: int, part: str, path: str) -> dict:
-    """Task 1: writes the file's rows into the partitions; returns the row count and, for the training log, the
-    distinct timestamps with their counts (the temporal split's cut-off is a quantile over all of them)."""
-    count, times = 0, []
+    """Task 1: writes the file's rows into the partitions; returns the row count and, for the training log of a
+    temporal split, the distinct timestamps with their counts (the cut-off is a quantile over all of them)."""
+    count, times = 0, pd.Series([], dtype=np.int64)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal count
+        nonlocal count, times
         for frame in readers.interaction_batches(path, settings.format, settings.columns):
             frame = _conform(frame, part, settings.has_time)
-            if settings.split == "temporal" and part == "train":  # the cut-off's summary, summed as it grows
-                times[:] = [pd.concat([*times, pd.Series(frame["timestamp"].to_numpy()).value_counts(sort=False)])
-                            .groupby(level=0).sum()]
+            if settings.split == "temporal" and part == "train":  # summed as it grows: memory ~ distinct times
+                batch_times = pd.Series(frame["timestamp"].to_numpy()).value_counts(sort=False)
+                times = pd.concat([times, batch_times]).groupby(level=0).sum()
             frame["shard"] = shard_of(frame["user_id"], settings.num_shards)
             count += len(frame)
             yield from pa.Table.from_pandas(frame, preserve_index=False).to_batches()
@@ -218,18 +219,12 @@ def partition(settings: Settings, number: int, part: str, path: str) -> dict:
     stream = batches()
     first = next(stream, None)
     if first is not None:
-        reader = pa.RecordBatchReader.from_batches(first.schema, _chain(first, stream))
+        reader = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], stream))
         ds.write_dataset(reader, settings.partitions, format="parquet",
                          partitioning=ds.partitioning(pa.schema([("shard", pa.int32())]), flavor="hive"),
                          basename_template=f"{part}-{number:03d}-{{i}}.parquet",
                          existing_data_behavior="overwrite_or_ignore")
-    summed = pd.concat(times).groupby(level=0).sum() if times else pd.Series([], dtype=np.int64)
-    return {"part": part, "rows": count, "times": summed}
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
+    return {"part": part, "rows": count, "times": times}
 
 
 # ------------------------------------------------------------------ 2. split
@@ -330,14 +325,13 @@ def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) ->
     train = pd.read_parquet(settings.part("train", shard))
     known = pd.DataFrame({"user_id": train["user_id"].drop_duplicates().reset_index(drop=True),
                           "item_id": pd.Series(item_vocab.ids[NUM_RESERVED:])})
-    dropped, held_out = {}, {}
+    dropped = {}
     for name in PARTS[1:]:
         path = settings.part(name, shard)
         if path.exists():
             aligned, dropped[name] = _align(settings, name, pd.read_parquet(path), known)
-            held_out[name] = len(aligned)
             _write(aligned, path)
-    out = {"dropped": dropped, "held_out": held_out, "examples": 0, "tuning_examples": 0}
+    out = {"dropped": dropped, "examples": 0, "tuning_examples": 0}
     if settings.examples == "none":
         return out
     out["examples"] = _write_examples(settings, shard, train, item_vocab, settings.examples_dir, time_span)
@@ -381,8 +375,8 @@ def _append(settings: Settings, name: str, target: Path) -> Optional[int]:
     paths = [path for path in paths if path.exists()]
     if not paths:
         return None
-    filled = [path for path in paths if pq.ParquetFile(path).metadata.num_rows] or paths[:1]
-    paths = filled  # an empty partition's columns have no type to cast from
+    # an empty partition's columns have no type to cast from
+    paths = [path for path in paths if pq.ParquetFile(path).metadata.num_rows] or paths[:1]
     schema = pq.read_schema(paths[0])
     schema = schema.remove(schema.get_field_index("row"))
     rows = 0
