@@ -3,10 +3,11 @@ data only, beside EASE^R (and item-kNN, most-popular) on the same validation use
 
 Data, never the test part:
 - ``ml-1m``, ``lastfm``: ``set-splits/<name>/train.txt`` -> early-stopped and scored on ``valid.txt``.
-- ``gowalla-shape``: benchmarks/bench_quality.py's synthetic Gowalla-sized sets, each user's items dealt (seeded) into
-  70% train, 10% validation and 20% test; the sweep trains on train and scores on validation. ``--final`` trains on
-  train + validation for ``--final`` epochs and scores on the test part; ``--final=-1`` runs the shipped config as
-  a user does on that train/test pair (its automatic holdout and refit). Test parts: the chosen recipe only.
+- ``gowalla-shape``: benchmarks/bench_quality.py's synthetic Gowalla-sized sets (``set_split_parts``: each user's
+  items dealt, seeded, into 70% train, 10% validation and 20% test); the sweep trains on train and scores on
+  validation. ``--final`` trains on train + validation for ``--final`` epochs and scores on the test part;
+  ``--final=-1`` runs the shipped config as a user does on that train/test pair (``bench_quality.one_command``: its
+  automatic holdout and refit). Test parts: the chosen recipe only.
   EASE^R is skipped there (a 41k x 41k inverse).
 - ``--users=N``: screening on the first N users' lines only (subsets of lastfm / ml-1m).
 
@@ -26,68 +27,21 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from benchmarks.bench_quality import DATASETS, GOWALLA_SHAPE, _config, _run
-from retrieval.data import synthetic
-
-SHARES = (0.7, 0.1)  # gowalla-shape: train and validation shares of each user's items; the rest is test
-
-
-def _head(path: Path, users: int, tmp: Path) -> Path:
-    """The first ``users`` lines of ``path`` (all when 0)."""
-    if not users:
-        return path
-    out = tmp / f"{path.parent.name}-{path.name}"
-    with open(path) as f:
-        out.write_text("".join(line for _, line in zip(range(users), f, strict=False)))
-    return out
-
-
-def _gowalla_parts(tmp: Path) -> dict:
-    """Writes train / valid / test ``user item ...`` files of the Gowalla-shaped synthetic sets (seeded)."""
-    interactions, _, _ = synthetic.generate(**GOWALLA_SHAPE, seed=0)
-    users = interactions["user_id"].str[1:].astype(int).to_numpy()
-    items = interactions["item_id"].str[1:].astype(int).to_numpy()
-    rng = np.random.default_rng(0)
-    order = np.lexsort((rng.random(len(users)), users))
-    users, items = users[order], items[order]
-    starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
-    lines = {"train": [], "valid": [], "test": []}
-    for begin, end in zip(starts, np.r_[starts[1:], len(users)], strict=True):
-        n = end - begin
-        cut = np.floor(np.cumsum(SHARES) * n + 0.5).astype(int)
-        for name, (lo, hi) in zip(lines, ((0, cut[0]), (cut[0], cut[1]), (cut[1], n)), strict=True):
-            if hi > lo:
-                lines[name].append(f"{users[begin]} " + " ".join(map(str, np.sort(items[begin + lo:begin + hi]))))
-    paths = {}
-    for name, rows in lines.items():
-        paths[name] = tmp / f"gowalla-shape-{name}.txt"
-        paths[name].write_text("\n".join(rows) + "\n")
-    paths["train_valid"] = tmp / "gowalla-shape-train-valid.txt"
-    paths["train_valid"].write_text(paths["train"].read_text() + paths["valid"].read_text())
-    return paths
+from benchmarks.bench_quality import _config, _run, one_command, set_split_parts
 
 
 def run(dataset: str, settings: dict, max_epochs: int, patience: int, users: int, final_epochs: int,
         with_baselines: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if dataset == "gowalla-shape":
-            paths = _gowalla_parts(tmp)
-            baselines = ("most_popular", "item_knn")
-        else:
-            folder = DATASETS / "set-splits" / dataset
-            paths = {name: _head(folder / f"{name}.txt", users, tmp) for name in ("train", "valid", "test")}
-            paths["train_valid"] = tmp / "train-valid.txt"
-            paths["train_valid"].write_text(paths["train"].read_text() + paths["valid"].read_text())
-            baselines = ("most_popular", "item_knn", "ease")
+        paths = set_split_parts(dataset, tmp, users)
+        baselines = ("most_popular", "item_knn") if dataset == "gowalla-shape" else ("most_popular", "item_knn", "ease")
         baselines = baselines if with_baselines else ()
         common = {"data.format": "user_items", "data.split": "files", "data.order": "none", "eval.bootstrap": 0,
                   "eval.ks": (20,), "eval.baselines": baselines}
-        if final_epochs < 0:
-            data = {"data.train_path": str(paths["train_valid"]), "data.test_path": str(paths["test"])}
+        if final_epochs < 0:  # the one command, as benchmarks/bench_quality.py runs it
+            data = one_command(paths["train_valid"], paths["test"])
         elif final_epochs:
             data = {"data.train_path": str(paths["train_valid"]), "data.test_path": str(paths["test"]),
                     "train.epochs": final_epochs, "train.validation_fraction": 0.0}
@@ -100,7 +54,8 @@ def run(dataset: str, settings: dict, max_epochs: int, patience: int, users: int
         wall = time.perf_counter() - start
     row = {"dataset": dataset, "part": "test" if final_epochs else "validation", "users": users or "all",
            "settings": settings, "recall@20": round(metrics["recall@20"], 4), "ndcg@20": round(metrics["ndcg@20"], 4),
-           "best_epoch": summary.get("best_epoch") or (summary.get("tuning") or {}).get("best_epoch"), "train_s": round(train_seconds, 1), "wall_s": round(wall, 1)}
+           "best_epoch": summary.get("best_epoch") or (summary.get("tuning") or {}).get("best_epoch"),
+           "train_s": round(train_seconds, 1), "wall_s": round(wall, 1)}
     for baseline in baselines:
         if f"baseline/{baseline}/recall@20" in metrics:
             row[baseline] = [round(metrics[f"baseline/{baseline}/recall@20"], 4),
