@@ -70,9 +70,11 @@ def train(optimizer, steps, mode: str = "eager"):
     return table, dense
 
 
-def test_unique_rows_sums_duplicates_and_pads_with_the_first_row():
-    values, rows = unique_rows(tf.IndexedSlices(tf.constant([[1.0], [2.0], [3.0], [4.0]]), tf.constant([5, 2, 5, 0])))
-    np.testing.assert_array_equal(rows.numpy(), [0, 2, 5, 0])
+@pytest.mark.parametrize("jit", [False, True])
+def test_unique_rows_gives_every_slot_its_rows_sum(jit):
+    dedupe = tf.function(lambda gradient: unique_rows(gradient, 6), jit_compile=jit)
+    values, rows = dedupe(tf.IndexedSlices(tf.constant([[1.0], [2.0], [3.0], [4.0]]), tf.constant([5, 2, 5, 0])))
+    np.testing.assert_array_equal(rows.numpy(), [5, 2, 5, 0])
     np.testing.assert_array_equal(values.numpy().ravel(), [4.0, 2.0, 4.0, 4.0])
 
 
