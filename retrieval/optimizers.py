@@ -26,9 +26,24 @@ the step then compiles whole (``model.compile(jit_compile=True)``). The slot var
 (same names), so ``tf.train.Checkpoint``s move between the dense and the lazy optimizer, and updates go through
 ``distribute_strategy.extended.update`` like the parents' (``MirroredStrategy`` applies the all-gathered slices on
 each replica; under ``ParameterServerStrategy`` the update runs beside the variable, so only the touched rows travel).
+
+Row-wise Adagrad (``RowwiseAdagrad``, lazy: ``LazyRowwiseAdagrad``; FBGEMM's / TorchRec's ``rowwise_adagrad``) keeps
+one accumulator per table row instead of one per weight, grown by the mean over the row's ``d`` columns of the
+squared gradient:
+
+    acc_r <- acc_r + (1/d) sum_c g_rc^2
+    w_r   <- w_r - lr_t g_r / sqrt(acc_r + eps)
+
+(tf-keras Adagrad's form: ``eps`` inside the root, accumulators start at ``initial_accumulator_value``). Its slots
+are ``V`` floats per table instead of ``V * d`` (Adam: ``2 V d``), and a step reads and writes one ``[rows, d]``
+block per table instead of three (Adam's weights and two moments): the cheapest update of a large table. Tables are
+the rank-2 variables whose name matches ``table_pattern`` (Keras ``Embedding`` weights, ".../embeddings"); every
+other variable gets ordinary Adagrad.
 """
 
 from __future__ import annotations
+
+import re
 
 import tensorflow as tf
 
@@ -127,5 +142,61 @@ class LazyAdagrad(_LazyRows, tf.keras.optimizers.Adagrad):
 
     def _sparse_step(self, gradient, rows, weights, variable, lr):
         accumulator = self._accumulators[self._index_dict[self._var_key(variable)]]
-        total = _slot_update(accumulator, rows, lambda old: old + tf.square(gradient))
+        total = _slot_update(accumulator, rows, lambda old: old + self._squares(gradient, variable))
         return weights - lr * gradient / tf.sqrt(total + self.epsilon)
+
+    def _squares(self, gradient: tf.Tensor, variable: tf.Variable) -> tf.Tensor:
+        """The accumulator's increment for ``variable``'s rows."""
+        return tf.square(gradient)
+
+
+@tf.keras.utils.register_keras_serializable(package="retrieval")
+class RowwiseAdagrad(tf.keras.optimizers.Adagrad):
+    """Adagrad with one accumulator per row of each embedding table (module docstring), dense: every step updates
+    the whole table (a row absent from the batch has a zero gradient: its accumulator and weights stay, only weight
+    decay moves it). Arguments: Adagrad's, and ``table_pattern``, a regular expression over variable names that
+    selects the tables (rank 2)."""
+
+    def __init__(self, *args, table_pattern: str = r"(^|/)embeddings(/|:|$)", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.table_pattern = table_pattern
+
+    def is_table(self, variable: tf.Variable) -> bool:
+        """Whether ``variable`` gets a row-wise accumulator."""
+        return variable.shape.rank == 2 and re.search(self.table_pattern, variable.name) is not None
+
+    def build(self, var_list):
+        tf.keras.optimizers.Optimizer.build(self, var_list)  # iterations, the index of the variables; not Adagrad's
+        if getattr(self, "_built", False):
+            return
+        self._built = True
+        self._accumulators = [
+            self.add_variable_from_reference(var, "accumulator", initial_value=tf.fill(
+                [var.shape[0], 1] if self.is_table(var) else var.shape,
+                tf.constant(self.initial_accumulator_value, var.dtype)))
+            for var in var_list]
+
+    def _squares(self, gradient: tf.Tensor, variable: tf.Variable) -> tf.Tensor:
+        """The accumulator's increment: squared gradient, averaged over the columns of a table's rows."""
+        square = tf.square(gradient)
+        return tf.reduce_mean(square, axis=1, keepdims=True) if self.is_table(variable) else square
+
+    def update_step(self, gradient, variable):
+        if not self.is_table(variable):
+            return super().update_step(gradient, variable)
+        accumulator = self._accumulators[self._index_dict[self._var_key(variable)]]
+        gradient = tf.convert_to_tensor(gradient)
+        accumulator.assign_add(self._squares(gradient, variable))
+        variable.assign_sub(tf.cast(self.learning_rate, variable.dtype) * gradient
+                            / tf.sqrt(accumulator + self.epsilon))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "table_pattern": self.table_pattern}
+
+
+@tf.keras.utils.register_keras_serializable(package="retrieval")
+class LazyRowwiseAdagrad(_LazyRows, RowwiseAdagrad):
+    """Row-wise Adagrad whose embedding-table steps (weight decay included) touch only the looked-up rows: the
+    optimizer for the largest tables (one ``[rows, d]`` read and write per step, ``V`` floats of slots)."""
+
+    _sparse_step = LazyAdagrad._sparse_step  # Adagrad's rows, with RowwiseAdagrad's row-mean ``_squares``

@@ -16,7 +16,7 @@ BASELINES = ("most_popular", "random", "item_knn", "ease")  # retrieval.evaluati
 DEFAULT_KS = (10, 20, 50, 100)  # retrieval.evaluation.evaluator: cut-offs reported by default
 CI_METRICS = ("recall", "ndcg")  # retrieval.evaluation.evaluator: metrics with bootstrap intervals
 # retrieval.training
-OPTIMIZERS = ("adam", "adagrad")
+OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 SPARSE_UPDATES = ("auto", "on", "off")
@@ -31,8 +31,10 @@ def default_train_config() -> ml_collections.ConfigDict:
     config.epochs = 8
     # Global batch size (split across replicas). In-batch negatives: larger batches give more negatives.
     config.batch_size = 1024
-    # Optimizer: "adam" or "adagrad", its peak learning rate and decoupled weight decay (AdamW-style; 0: none;
-    # biases are exempt).
+    # Optimizer: "adam", "adagrad" or "rowwise_adagrad" (embedding tables keep one Adagrad accumulator per row, the
+    # mean of the row's squared gradient: the cheapest step for large catalogues; other weights get Adagrad;
+    # docs/sparse-updates.md), its peak learning rate and decoupled weight decay (AdamW-style; 0: none; biases are
+    # exempt).
     config.optimizer = "adam"
     config.learning_rate = 0.003
     config.weight_decay = 0.0

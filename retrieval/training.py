@@ -36,7 +36,7 @@ from retrieval.artifacts import PathLike
 from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
-from retrieval.optimizers import LazyAdagrad, LazyAdam
+from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad
 from retrieval.settings import (  # noqa: F401
     JIT_COMPILE,
     OPTIMIZERS,
@@ -180,11 +180,13 @@ def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
 
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
                    sparse: bool = False) -> tf.keras.optimizers.Optimizer:
-    """Adam or Adagrad with the schedule and the decoupled weight decay of ``config``; with ``sparse``, their lazy
-    versions (``retrieval.optimizers``: embedding tables update only the looked-up rows; ``use_sparse_updates``)."""
+    """Adam, Adagrad or row-wise Adagrad with the schedule and the decoupled weight decay of ``config``; with
+    ``sparse``, their lazy versions (``retrieval.optimizers``: embedding tables update only the looked-up rows;
+    ``use_sparse_updates``)."""
     if config.optimizer not in OPTIMIZERS:
         raise InputError(f"{config.optimizer!r} is not one of {OPTIMIZERS}", field="train.optimizer")
-    kinds = {"adam": (tf.keras.optimizers.Adam, LazyAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad)}
+    kinds = {"adam": (tf.keras.optimizers.Adam, LazyAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad),
+             "rowwise_adagrad": (RowwiseAdagrad, LazyRowwiseAdagrad)}
     optimizer = kinds[config.optimizer][int(sparse)](learning_rate(config, total_steps),
                                                      weight_decay=config.weight_decay or None)
     if config.weight_decay:

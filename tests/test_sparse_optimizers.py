@@ -15,11 +15,12 @@ import tensorflow as tf
 
 from retrieval import training
 from retrieval.errors import InputError
-from retrieval.optimizers import LazyAdagrad, LazyAdam, unique_rows
+from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad, unique_rows
 from tests.localhost import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS, DIM, STEPS, LR, WD = 12, 3, 5, 0.05, 0.1
+LAZY = {"adam": LazyAdam, "adagrad": LazyAdagrad, "rowwise_adagrad": LazyRowwiseAdagrad}
 
 
 def gradients(seed: int = 0, steps: int = STEPS, replicas: int = 1):
@@ -33,7 +34,7 @@ def gradients(seed: int = 0, steps: int = STEPS, replicas: int = 1):
 def reference(kind: str, table: np.ndarray, steps, weight_decay: float = 0.0) -> tuple[np.ndarray, list]:
     """The lazy rule in NumPy (retrieval/optimizers.py docstring), float64: returns the table and its slots."""
     w, m, v = table.astype(np.float64), np.zeros(table.shape), np.zeros(table.shape)
-    acc = np.full(table.shape, 0.1)  # tf-keras Adagrad's initial_accumulator_value
+    acc = np.full(table.shape if kind == "adagrad" else (table.shape[0], 1), 0.1)  # tf-keras Adagrad's initial value
     for t, replicas in enumerate(steps, start=1):
         indices = np.concatenate([r[0] for r in replicas])
         values = np.concatenate([r[1] for r in replicas]).astype(np.float64)
@@ -46,8 +47,8 @@ def reference(kind: str, table: np.ndarray, steps, weight_decay: float = 0.0) ->
             v[rows] = 0.999 * v[rows] + 0.001 * g ** 2
             alpha = LR * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
             w[rows] -= alpha * m[rows] / (np.sqrt(v[rows]) + 1e-7)
-        else:
-            acc[rows] += g ** 2
+        else:  # adagrad; rowwise_adagrad: one accumulator per row, the mean of the row's squared gradient
+            acc[rows] += g ** 2 if kind == "adagrad" else np.mean(g ** 2, axis=1, keepdims=True)
             w[rows] -= LR * g / np.sqrt(acc[rows] + 1e-7)
     return w, ([m, v] if kind == "adam" else [acc])
 
@@ -58,7 +59,7 @@ def initial_table() -> np.ndarray:
 
 def train(optimizer, steps, mode: str = "eager"):
     """Applies ``steps`` as (IndexedSlices, dense) gradients to a [ROWS, DIM] table and a [4] vector."""
-    table, dense = tf.Variable(initial_table()), tf.Variable(np.ones(4, np.float32))
+    table, dense = tf.Variable(initial_table(), name="embeddings"), tf.Variable(np.ones(4, np.float32))
 
     def apply(indices, values, dense_gradient):
         optimizer.apply_gradients([(tf.IndexedSlices(values, indices, tf.constant([ROWS, DIM])), table),
@@ -79,11 +80,10 @@ def test_unique_rows_gives_every_slot_its_rows_sum(jit):
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "xla"])
-@pytest.mark.parametrize("kind", ["adam", "adagrad"])
+@pytest.mark.parametrize("kind", ["adam", "adagrad", "rowwise_adagrad"])
 def test_lazy_update_equals_the_reference(kind, mode):
     steps = gradients()
-    cls = LazyAdam if kind == "adam" else LazyAdagrad
-    optimizer = cls(LR, weight_decay=WD)
+    optimizer = LAZY[kind](LR, weight_decay=WD)
     table, _ = train(optimizer, steps, mode)
     expected, slots = reference(kind, initial_table(), steps, weight_decay=WD)
     np.testing.assert_allclose(table.numpy(), expected, rtol=1e-5, atol=1e-6)
@@ -94,14 +94,28 @@ def test_lazy_update_equals_the_reference(kind, mode):
         np.testing.assert_array_equal(slot.numpy()[8:], want[8:].astype(np.float32))  # and their slots untouched
 
 
-def test_dense_variables_get_keras_adam():
+@pytest.mark.parametrize("lazy_class,keras_class", [(LazyAdam, tf.keras.optimizers.Adam),
+                                                     (LazyRowwiseAdagrad, tf.keras.optimizers.Adagrad)])
+def test_dense_variables_get_the_keras_update(lazy_class, keras_class):
     steps = gradients()
-    _, lazy = train(LazyAdam(LR, weight_decay=WD), steps)
+    _, lazy = train(lazy_class(LR, weight_decay=WD), steps)
     dense = tf.Variable(np.ones(4, np.float32))
-    adam = tf.keras.optimizers.Adam(LR, weight_decay=WD)
+    keras = keras_class(LR, weight_decay=WD)
     for ((_, _, gradient),) in steps:
-        adam.apply_gradients([(tf.constant(gradient), dense)])
+        keras.apply_gradients([(tf.constant(gradient), dense)])
     np.testing.assert_allclose(lazy.numpy(), dense.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+def test_dense_rowwise_adagrad_equals_the_reference(mode):
+    """Without weight decay, the dense row-wise step leaves untouched rows alone: it equals the lazy reference,
+    with a [rows, 1] accumulator for the table and none of that shape for the dense vector."""
+    optimizer = RowwiseAdagrad(LR)
+    table, _ = train(optimizer, gradients(), mode)
+    expected, (accumulator,) = reference("rowwise_adagrad", initial_table(), gradients())
+    np.testing.assert_allclose(table.numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(optimizer._accumulators[0].numpy(), accumulator, rtol=1e-5)
+    assert optimizer._accumulators[1].shape == [4]
 
 
 def test_dense_adam_differs_on_untouched_rows():
@@ -141,6 +155,9 @@ def test_sparse_updates_resolution():
     assert isinstance(training.make_optimizer(config, 10, sparse=True), LazyAdam)
     config.optimizer = "adagrad"
     assert isinstance(training.make_optimizer(config, 10, sparse=True), LazyAdagrad)
+    config.optimizer = "rowwise_adagrad"
+    assert isinstance(training.make_optimizer(config, 10, sparse=True), LazyRowwiseAdagrad)
+    assert type(training.make_optimizer(config, 10, sparse=False)) is RowwiseAdagrad
     config.sparse_updates = "sometimes"
     with pytest.raises(InputError, match="sparse_updates"):
         training.use_sparse_updates(config, small)
@@ -158,7 +175,7 @@ if kind == "parameter_server":
 import retrieval
 import tensorflow as tf
 from retrieval import distributed
-from retrieval.optimizers import LazyAdam
+from retrieval import optimizers
 if kind == "parameter_server":
     server_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=4)
     for job, count in (("worker", 1), ("ps", 2)):
@@ -174,7 +191,7 @@ table0 = np.asarray(json.loads(sys.argv[4]), np.float32)
 with strategy.scope():
     layer = tf.keras.layers.Embedding(*table0.shape, embeddings_initializer=tf.constant_initializer(table0))
     layer.build(None)
-    optimizer = LazyAdam(float(sys.argv[5]), weight_decay=float(sys.argv[6]))
+    optimizer = getattr(optimizers, sys.argv[7])(float(sys.argv[5]), weight_decay=float(sys.argv[6]))
 R = strategy.num_replicas_in_sync
 indices = tf.constant([[r[0] for r in step] for step in steps], tf.int32)  # [steps, replicas, n]
 values = tf.constant([[r[1] for r in step] for step in steps], tf.float32)
@@ -204,18 +221,20 @@ print("TABLE", json.dumps(tf.convert_to_tensor(layer.embeddings).numpy().tolist(
 """
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "rowwise_adagrad"])
 @pytest.mark.parametrize("kind,replicas", [("mirrored", 2), ("parameter_server", 1)])
-def test_lazy_adam_under_a_strategy_equals_the_reference(kind, replicas):
+def test_lazy_update_under_a_strategy_equals_the_reference(kind, replicas, optimizer):
     steps = gradients(seed=2, steps=4, replicas=replicas)
     as_json = [[(i.tolist(), v.tolist()) for i, v, _ in step] for step in steps]
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT))
     env.pop("TF_CONFIG", None)
     done = subprocess.run([sys.executable, "-c", STRATEGY_SCRIPT, kind, json.dumps(as_json),
-                           json.dumps(free_ports(4)), json.dumps(initial_table().tolist()), str(LR), str(WD)],
+                           json.dumps(free_ports(4)), json.dumps(initial_table().tolist()), str(LR), str(WD),
+                           LAZY[optimizer].__name__],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("TABLE", "SHARDS")))
     if kind == "parameter_server":
         assert lines["SHARDS"] == "2"
-    expected, _ = reference("adam", initial_table(), steps, weight_decay=WD)
+    expected, _ = reference(optimizer, initial_table(), steps, weight_decay=WD)
     np.testing.assert_allclose(np.asarray(json.loads(lines["TABLE"])), expected, rtol=1e-5, atol=1e-6)

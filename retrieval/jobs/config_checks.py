@@ -386,7 +386,8 @@ def _memory(c: Mapping[str, Any]) -> Iterator[Problem]:
                         f"{available / 2**30:.1f} GiB of memory; lower {lower}")
 
 
-OPTIMIZER_SLOTS = {"adam": 2, "adagrad": 1}  # float32 slots per trained weight (Item2Vec's SGD keeps none)
+# float32 slots per trained weight (Item2Vec's SGD keeps none; row-wise Adagrad one per table row, 1/d per weight)
+OPTIMIZER_SLOTS = {"adam": 2, "adagrad": 1, "rowwise_adagrad": 0}
 
 
 def table_bytes(c: Mapping[str, Any], n_items: int, n_users: int) -> int:
