@@ -10,7 +10,6 @@ name runs and files relative to the model directory, never by absolute path.
 """
 
 import asyncio
-import dataclasses
 from typing import Annotated, Optional
 
 import faiss
@@ -26,17 +25,7 @@ from retrieval.serving.generator import CandidateGenerator, Candidates, UnknownI
 from retrieval.serving.metrics import RequestMetrics, ServerMetrics
 from retrieval.serving.middleware import BodySizeLimit, JsonContentType
 from retrieval.serving.reload import GeneratorHolder
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """Request limits (all enforced with a 4xx)."""
-
-    max_k: int = 1000
-    max_history: int = 1000
-    max_exclude: int = 1000
-    max_id_length: int = 256
-    max_body_bytes: int = 256 * 1024
+from retrieval.serving.settings import Limits
 
 
 class ScoredItem(BaseModel):

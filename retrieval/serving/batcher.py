@@ -31,9 +31,7 @@ from typing import Callable, Optional, Sequence
 import faiss
 
 from retrieval.serving.generator import CandidateGenerator, Candidates
-
-DEFAULT_MAX_BATCH = 32
-DEFAULT_MAX_WAIT_S = 0.0
+from retrieval.serving.settings import DEFAULT_MAX_BATCH, DEFAULT_MAX_WAIT_S
 
 
 class BatcherClosed(RuntimeError):

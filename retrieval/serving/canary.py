@@ -38,6 +38,7 @@ from retrieval.index.factory import prepare_vectors
 from retrieval.index.run_index import user_queries
 from retrieval.index.selfcheck import RecallProbe
 from retrieval.serving.generator import CandidateGenerator
+from retrieval.serving.settings import CANARY_RECALL_FLOOR, CANARY_USERS
 
 T = TypeVar("T")
 MAX_ERROR_CHARS = 300
@@ -71,8 +72,8 @@ class Canary:
     """Canary settings; calling one on a loaded generator checks it (module docstring) and returns what it measured
     (``users``, ``k``, ``recall``, ``floor``, ``seconds``), or raises ``CanaryError``."""
 
-    num_users: int = 64
-    recall_floor: float = 0.9
+    num_users: int = CANARY_USERS
+    recall_floor: float = CANARY_RECALL_FLOOR
     max_k: int = 100
     seed: int = 0
     quality_users: int = 500

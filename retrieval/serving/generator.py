@@ -10,7 +10,6 @@ ones are filtered out (vectorized), so k survive whenever the index finds enough
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -26,6 +25,7 @@ from retrieval.export import load_user_encoder
 from retrieval.index import ItemIndex
 from retrieval.index.run_index import build_run_index
 from retrieval.index.source import ParquetVectors
+from retrieval.serving.settings import resolve_run_dir
 
 
 class UnknownItemError(InputError):
@@ -42,17 +42,6 @@ class Candidates:
     history_source: str = "none"  # "request", "stored" or "none"
     history_used: int = 0  # known history items in effect
     unknown_history: tuple = ()  # request history ids not in the catalogue (ignored)
-
-
-def resolve_run_dir(path: PathLike) -> Path:
-    """A run directory, or a model directory whose ``latest`` link names one, resolved to the real run directory."""
-    path = Path(path)
-    if (path / "latest").exists():
-        path = path / "latest"
-    real = Path(os.path.realpath(path))
-    if not RunPaths(real).manifest.is_file():
-        raise InputError("not a run directory (no manifest.json) nor a model directory with 'latest'", path=str(path))
-    return real
 
 
 class CandidateGenerator:

@@ -23,8 +23,9 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from retrieval.serving.settings import READ_TIMEOUT_S
+
 STARTUP_TIMEOUT_S = 30.0
-READ_TIMEOUT_S = 10.0
 _RECEIVING = (h11.IDLE, h11.SEND_BODY)  # the client's states while its request is incomplete
 
 

@@ -38,36 +38,17 @@ from absl import logging
 from prometheus_client import multiprocess
 
 from retrieval.errors import InputError
-from retrieval.serving import batcher
-from retrieval.serving.app import Limits, create_app
+from retrieval.serving.app import create_app
 from retrieval.serving.canary import Canary, CanaryError
 from retrieval.serving.generator import CandidateGenerator
 from retrieval.serving.metrics import MULTIPROC_ENV
 from retrieval.serving.reload import GeneratorHolder
-from retrieval.serving.server import READ_TIMEOUT_S, uvicorn_config
+from retrieval.serving.server import uvicorn_config
+from retrieval.serving.settings import ServeSettings
 
 STARTUP_TIMEOUT_S = 900.0  # loading a 10M-item run and its canary
 RESTART_DELAY_S = 5.0
 STOP_TIMEOUT_S = 30.0
-
-
-@dataclasses.dataclass(frozen=True)
-class ServeSettings:
-    """Everything a server process needs (picklable: workers receive it)."""
-
-    run_dir: str
-    host: str = "127.0.0.1"
-    port: int = 8000
-    reload_interval_s: float = 5.0
-    limits: Limits = Limits()
-    faiss_threads: Optional[int] = 1
-    batch_max_size: int = batcher.DEFAULT_MAX_BATCH
-    batch_max_wait_s: float = batcher.DEFAULT_MAX_WAIT_S
-    read_timeout_s: float = READ_TIMEOUT_S
-    canary_users: int = Canary.num_users
-    canary_recall_floor: float = Canary.recall_floor
-    mmap_index: bool = True
-    log_level: str = "info"
 
 
 def load_holder(settings: ServeSettings) -> GeneratorHolder:

@@ -27,7 +27,7 @@ def _evaluate(data, **kwargs):
 
 def test_ease_over_the_budget_is_skipped_with_its_reason(data, caplog):
     needed = baselines.ease_memory_mb(40, 25)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="absl"):
         metrics = _evaluate(data, baseline_memory_mb=needed / 2)
     assert metrics["protocol/skipped_baselines"] == ["ease"]
     assert "eval.baseline_memory_mb" in metrics["protocol/skipped/ease"]
@@ -43,7 +43,7 @@ def test_ease_within_the_budget_runs(data):
 
 
 def test_progress_lines_count_users_and_estimate_the_rest(data, caplog):
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         metrics = _evaluate(data, progress_interval_s=0.0, max_block_bytes=4 * 25 * 16)  # blocks of 16 users
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluation: ")]
     total = 3 * metrics["count/eval_users"]  # the model and two baselines, users with history (no cold start)

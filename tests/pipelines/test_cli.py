@@ -74,6 +74,15 @@ def test_other_pipelines_check_their_paths_before_tensorflow(module, args):
     assert "does not exist" in stderr
 
 
+def test_serve_refuses_a_wrong_run_dir_before_tensorflow(tmp_path):
+    outcome, stderr, elapsed = probe("pipelines.serve", f"--run_dir={tmp_path}", "--port=0")
+    assert outcome == {"code": cli.EXIT_INPUT_ERROR, "tensorflow": False}, stderr
+    assert "not a run directory" in stderr and "Traceback" not in stderr
+    assert elapsed < FAST_S
+    help_outcome, _, _ = probe("pipelines.serve", "--help")
+    assert help_outcome == {"code": 0, "tensorflow": False}
+
+
 def _tensorflow_start(env: dict) -> str:
     code = "import retrieval, tensorflow as tf; tf.constant(1) + 1"
     clean = {k: v for k, v in os.environ.items() if k not in (quiet.LEVEL_ENV, quiet.QUIET_ENV)}
