@@ -27,11 +27,16 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 run: setup
 	$(PY) -m pipelines.train --config=configs/two_tower.py --output_dir=artifacts
 
+# pytest-xdist: TEST_WORKERS processes (one per core here), each test file kept on one worker (its module-scoped
+# fixtures, e.g. models built once, are built once).
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(PY) -m pytest
+	$(PYTEST)
 
 test-fast: setup
-	$(PY) -m pytest $(addprefix --ignore=,$(SLOW_TESTS))
+	$(PYTEST) $(addprefix --ignore=,$(SLOW_TESTS))
 
 lint: setup
 	$(PY) -m ruff check retrieval pipelines configs tests benchmarks deploy
