@@ -50,12 +50,13 @@ import tensorflow as tf
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 
 
-def unique_rows(gradient: tf.IndexedSlices, num_rows: int) -> tuple[tf.Tensor, tf.Tensor]:
+def unique_rows(gradient: tf.IndexedSlices, num_rows: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Sums the values of duplicate indices of ``gradient`` (indices into a table of ``num_rows`` rows): returns
-    ``(values [n, ...], rows [n])`` for its ``n`` indices, where ``rows`` are the indices as given and slot ``j``
-    holds the sum of the values of every slot whose index is ``rows[j]``. A row that occurs k times fills k slots
-    with the same row and the same value, so that an update computed slot by slot and written with
-    ``scatter_update`` writes that row k times with identical values.
+    ``(values [n, ...], rows [n], first [n])`` for its ``n`` indices, where ``rows`` are the indices as given, slot
+    ``j`` holds the sum of the values of every slot whose index is ``rows[j]``, and ``first`` (bool) marks one slot
+    per distinct row. A row that occurs k times fills k slots with the same row and the same value, so that an update
+    computed slot by slot is written with ``scatter_update`` (k identical writes) or, masked by ``first``, with
+    ``scatter_add`` / ``scatter_sub`` (once).
 
     Without a sort: every slot writes its position to an ``[num_rows]`` int32 map at its row (one of the duplicates
     wins: which does not matter), reads the winner back as its row's segment id, and the values are summed by
@@ -66,13 +67,14 @@ def unique_rows(gradient: tf.IndexedSlices, num_rows: int) -> tuple[tf.Tensor, t
     n = tf.shape(indices)[0]
     owner = tf.tensor_scatter_nd_update(tf.zeros([num_rows], tf.int32), indices[:, tf.newaxis], tf.range(n))
     segment = tf.gather(owner, indices)
-    return tf.gather(tf.math.unsorted_segment_sum(gradient.values, segment, n), segment), indices
+    summed = tf.gather(tf.math.unsorted_segment_sum(gradient.values, segment, n), segment)
+    return summed, indices, tf.equal(segment, tf.range(n))
 
 
 class _LazyRows:
     """Mixin over a tf-keras optimizer: ``IndexedSlices`` gradients go to ``_sparse_step(values, rows, variable)``
     with duplicates summed (``unique_rows``); dense gradients to the parent's ``update_step``. The parent's dense
-    weight decay skips the variables that get sparse gradients; ``_sparse_step`` decays their touched rows."""
+    weight decay skips the variables that get sparse gradients; ``update_step`` decays their touched rows."""
 
     sparse_updates = True  # read by TwoTowerModel.train_step (keeps the slices) and recorded in the run
 
@@ -95,16 +97,19 @@ class _LazyRows:
     def update_step(self, gradient, variable):
         if not isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable)
-        values, rows = unique_rows(gradient, variable.shape[0])
+        values, rows, first = unique_rows(gradient, variable.shape[0])
         lr = tf.cast(self.learning_rate, variable.dtype)
-        weights = tf.gather(variable, rows)
+        decrement = self._sparse_step(values, rows, variable, lr)
         if self._decays(variable):
-            weights -= weights * tf.cast(self.weight_decay, variable.dtype) * lr
-        variable.scatter_update(tf.IndexedSlices(self._sparse_step(values, rows, weights, variable, lr), rows))
+            decrement += tf.gather(variable, rows) * tf.cast(self.weight_decay, variable.dtype) * lr
+        # Subtracted once per distinct row: without weight decay the rows' old weights are never read, which spares
+        # a gather of [n, d] (a scatter_sub reads and writes each row in one pass).
+        first = tf.reshape(tf.cast(first, variable.dtype), [-1] + [1] * (decrement.shape.rank - 1))
+        variable.scatter_sub(tf.IndexedSlices(decrement * first, rows))
 
-    def _sparse_step(self, gradient: tf.Tensor, rows: tf.Tensor, weights: tf.Tensor, variable: tf.Variable,
-                     lr: tf.Tensor) -> tf.Tensor:
-        """Updates the slots' ``rows`` for their summed ``gradient`` and returns the new ``weights`` of the rows."""
+    def _sparse_step(self, gradient: tf.Tensor, rows: tf.Tensor, variable: tf.Variable, lr: tf.Tensor) -> tf.Tensor:
+        """Updates the slots' ``rows`` for their summed ``gradient``; returns the decrement of the rows' weights
+        (before weight decay, which ``update_step`` adds)."""
         raise NotImplementedError
 
 
@@ -125,14 +130,14 @@ class LazyAdam(_LazyRows, tf.keras.optimizers.Adam):
         if self.amsgrad or self.adaptive_epsilon:
             raise ValueError("LazyAdam supports neither amsgrad nor adaptive_epsilon")
 
-    def _sparse_step(self, gradient, rows, weights, variable, lr):
+    def _sparse_step(self, gradient, rows, variable, lr):
         step = tf.cast(self.iterations + 1, variable.dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, variable.dtype), tf.cast(self.beta_2, variable.dtype)
         alpha = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
         index = self._index_dict[self._var_key(variable)]
         m = _slot_update(self._momentums[index], rows, lambda old: old + (gradient - old) * (1 - beta_1))
         v = _slot_update(self._velocities[index], rows, lambda old: old + (tf.square(gradient) - old) * (1 - beta_2))
-        return weights - (m * alpha) / (tf.sqrt(v) + self.epsilon)
+        return (m * alpha) / (tf.sqrt(v) + self.epsilon)
 
 
 @tf.keras.utils.register_keras_serializable(package="retrieval")
@@ -140,10 +145,10 @@ class LazyAdagrad(_LazyRows, tf.keras.optimizers.Adagrad):
     """Adagrad whose embedding-table steps (weight decay included) touch only the looked-up rows. Arguments:
     Adagrad's."""
 
-    def _sparse_step(self, gradient, rows, weights, variable, lr):
+    def _sparse_step(self, gradient, rows, variable, lr):
         accumulator = self._accumulators[self._index_dict[self._var_key(variable)]]
         total = _slot_update(accumulator, rows, lambda old: old + self._squares(gradient, variable))
-        return weights - lr * gradient / tf.sqrt(total + self.epsilon)
+        return lr * gradient / tf.sqrt(total + self.epsilon)
 
     def _squares(self, gradient: tf.Tensor, variable: tf.Variable) -> tf.Tensor:
         """The accumulator's increment for ``variable``'s rows."""

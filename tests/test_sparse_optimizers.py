@@ -72,11 +72,13 @@ def train(optimizer, steps, mode: str = "eager"):
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_unique_rows_gives_every_slot_its_rows_sum(jit):
+def test_unique_rows_gives_every_slot_its_rows_sum_and_marks_one_slot_per_row(jit):
     dedupe = tf.function(lambda gradient: unique_rows(gradient, 6), jit_compile=jit)
-    values, rows = dedupe(tf.IndexedSlices(tf.constant([[1.0], [2.0], [3.0], [4.0]]), tf.constant([5, 2, 5, 0])))
+    values, rows, first = dedupe(tf.IndexedSlices(tf.constant([[1.0], [2.0], [3.0], [4.0]]),
+                                                  tf.constant([5, 2, 5, 0])))
     np.testing.assert_array_equal(rows.numpy(), [5, 2, 5, 0])
     np.testing.assert_array_equal(values.numpy().ravel(), [4.0, 2.0, 4.0, 4.0])
+    assert first.numpy()[[1, 3]].all() and first.numpy()[[0, 2]].sum() == 1  # one of row 5's two slots
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "xla"])
