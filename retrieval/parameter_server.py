@@ -42,7 +42,6 @@ import contextlib
 import os
 import socket
 import sys
-import threading
 import time
 from typing import Callable, Iterator, Mapping, NoReturn, Optional, Sequence
 
@@ -52,6 +51,7 @@ from absl import logging
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.cli import EXIT_INPUT_ERROR
 from retrieval.errors import InputError
+from retrieval.periodic import Periodic
 
 DEFAULT_MIN_SHARD_BYTES = 256 << 10  # MinSizePartitioner's default: tables up to 256 KiB stay whole
 DEFAULT_TIMEOUT_S = 120.0  # train.ps_timeout_s
@@ -170,8 +170,7 @@ class Watchdog:
         self._probe, self._on_lost, self._clock = probe, on_lost, clock
         self._last_seen = dict.fromkeys(self.tasks, clock())
         self._warned: set = set()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread = Periodic(self._watch, interval_s, "ps-watchdog")
 
     def check(self) -> Optional[str]:
         """Probes every task once; the reason to stop, or None."""
@@ -194,24 +193,18 @@ class Watchdog:
         self._warned = set(lost)
         return None
 
-    def start(self) -> None:
-        def watch() -> None:
-            while not self._stop.wait(self.interval_s):
-                reason = self.check()
-                if reason is not None:
-                    self._on_lost(reason)
-                    return
+    def _watch(self) -> bool:
+        reason = self.check()
+        if reason is not None:
+            self._on_lost(reason)
+        return reason is not None
 
-        self._stop.clear()
+    def start(self) -> None:
         self._last_seen = dict.fromkeys(self.tasks, self._clock())
-        self._thread = threading.Thread(target=watch, name="ps-watchdog", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._thread.stop()
 
 
 class Synchronize(tf.keras.callbacks.Callback):

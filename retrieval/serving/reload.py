@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import threading
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -35,6 +34,7 @@ from absl import logging
 from retrieval import memory
 from retrieval.artifacts import PathLike
 from retrieval.errors import InputError
+from retrieval.periodic import Periodic
 from retrieval.serving.canary import Canary, CanaryError, one_line
 from retrieval.serving.generator import CandidateGenerator, resolve_run_dir
 
@@ -81,8 +81,7 @@ class GeneratorHolder:
                  canary: Optional[Callable[[CandidateGenerator], dict]] = Canary()):
         self.source = Path(source).absolute()
         self._loader, self._canary = loader, canary
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._watcher: Optional[Periodic] = None
         self._release_pending = False  # an old run was swapped out: free its memory again at the next poll
         target = resolve_run_dir(self.source)
         model_dir = self.source if (self.source / "latest").exists() else self.source.parent
@@ -157,18 +156,16 @@ class GeneratorHolder:
 
     def start(self, interval_s: float) -> None:
         """Polls every ``interval_s`` seconds in a daemon thread (no-op if ``interval_s`` <= 0)."""
-        if interval_s <= 0 or self._thread is not None:
+        if interval_s <= 0 or self._watcher is not None:
             return
+        self._watcher = Periodic(self._watch, interval_s, "run-watcher")
+        self._watcher.start()
 
-        def watch() -> None:
-            while not self._stop.wait(interval_s):
-                self.poll()
-
-        self._thread = threading.Thread(target=watch, name="run-watcher", daemon=True)
-        self._thread.start()
+    def _watch(self) -> bool:
+        self.poll()
+        return False  # the watcher ends only with stop()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
