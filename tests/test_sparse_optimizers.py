@@ -240,3 +240,39 @@ def test_lazy_update_under_a_strategy_equals_the_reference(kind, replicas, optim
         assert lines["SHARDS"] == "2"
     expected, _ = reference(optimizer, initial_table(), steps, weight_decay=WD)
     np.testing.assert_allclose(np.asarray(json.loads(lines["TABLE"])), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rowwise_adagrad"])
+def test_a_lazy_model_step_compiled_equals_the_uncompiled_one(optimizer):
+    """training.fit with sparse updates on: the XLA-compiled step (the optimizer's row map, scatter_sub) moves every
+    variable as the uncompiled one does; row-wise Adagrad gives the model's two tables [V, 1] accumulators."""
+    from retrieval.data.vocab import Vocabulary
+    from retrieval.models import build_model, default_config
+
+    rng = np.random.default_rng(0)
+    items = Vocabulary.from_ids([f"i{k}" for k in rng.integers(0, 30, 400)])
+    users = Vocabulary.from_ids([f"u{k}" for k in range(10)])
+    history = rng.integers(2, items.size, (64, 4)).astype(np.int32)
+    examples = {"user": rng.integers(2, users.size, 64).astype(np.int32), "history": history,
+                "history_length": np.full(64, 4, np.int32), "label": rng.integers(2, items.size, 64).astype(np.int32)}
+    config = default_config()
+    config.embedding_dim, config.item_tower.id_embedding_dim = 6, 6
+    config.user_tower.hidden_units, config.user_tower.share_item_embeddings = (8,), False
+    config.user_tower.history_embedding_dim = 6
+    states = {}
+    for jit in ("on", "off"):
+        train = training.default_train_config()
+        train.update(batch_size=16, epochs=2, learning_rate=0.05, warmup_steps=0, optimizer=optimizer,
+                     sparse_updates="on", jit_compile=jit, weight_decay=0.01)
+        model = build_model(config, items, users)
+        training.fit(model, examples, train)
+        assert model.optimizer.sparse_updates and model.jit_compile == (jit == "on")
+        states[jit] = [v.numpy() for v in model.weights]
+    for compiled, plain in zip(states["on"], states["off"], strict=True):
+        np.testing.assert_allclose(compiled, plain, rtol=1e-4, atol=1e-5)
+    if optimizer == "rowwise_adagrad":
+        tables = [v for v in model.trainable_variables if v.name.endswith("embeddings:0")]
+        assert len(tables) == 2
+        for table in tables:
+            accumulator = model.optimizer._accumulators[model.optimizer._index_dict[model.optimizer._var_key(table)]]
+            assert accumulator.shape == [table.shape[0], 1]
