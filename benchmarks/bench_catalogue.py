@@ -5,9 +5,20 @@ rows, ``retrieval/optimizers.py``) and lazy row-wise Adagrad (``"rowwise"``: ``o
 ``sparse_updates="on"``).
 
 The log is the same at every size: ``examples`` next-item examples (history of 50, as the recipe) whose items are
-drawn uniformly from the catalogue, so a batch looks up the same number of rows whatever the size (51,200 history
-rows and 1,024 labels; distinct rows: at most 4k at 4k items, ~50k from 200k items); only the tables grow (two
-``[V, 128]`` item tables: the item tower's and the history's). Each (size, mode) trains in a fresh subprocess (peak
+drawn from the catalogue by ``--distribution``, so a batch looks up the same number of rows whatever the size
+(51,200 history rows and 1,024 labels); only the tables grow (two ``[V, 128]`` item tables: the item tower's and the
+history's). The lazy step's cost follows the *distinct* rows a batch touches, which the distribution sets:
+
+- ``uniform`` (default): every item equally likely: distinct history rows per batch at most 4k at 4k items, ~50k
+  from 200k items: the worst case for the lazy step.
+- ``zipf``: item of popularity rank ``r`` drawn with probability proportional to ``r ** -ZIPF_EXPONENT`` (1.0), rank 1
+  at index 2, as ``Vocabulary`` orders real ids (most frequent first). Real catalogues are long-tailed: the
+  rank-frequency slope of this repository's own training sets (ranks 1%-50%, head and singleton tail left out) is
+  1.18 on set-splits/lastfm (13,973 items), 0.86 on set-splits/ml-1m, 0.76 on amazon-beauty; 1.0 (Zipf's law) sits
+  in that range. Far fewer distinct rows per batch than uniform: the popular rows repeat.
+
+Every row reports ``distinct_history_rows_per_batch`` and ``distinct_label_rows_per_batch`` (means over the log's
+batches of ``batch_size`` examples: the rows each table's lazy step updates). Each (size, mode) trains in a fresh subprocess (peak
 RSS ``ru_maxrss`` is its own) with the recipe's batch size (1024) and ``--jit_compile`` (default "auto": XLA on):
 ``warmup`` steps (tracing, XLA), then ``timed`` steps timed by a ``training.ProgressLogger`` subclass
 (``bench_training._timed_logger``). With ``--repeats=n`` every size and mode runs n times, sizes interleaved (repeat
@@ -23,7 +34,7 @@ exceed ``MEMORY_FRACTION`` of this machine's memory is reported as skipped, not 
 machine: 30.7 GB; row-wise Adagrad's 10.2 GB pass the check).
 
     python -m benchmarks.bench_catalogue [--smoke] [--no-record] [--sizes=4000,200000] [--modes=off,on]
-        [--repeats=3] [--jit_compile=off]
+        [--repeats=3] [--jit_compile=off] [--distribution=zipf]
 """
 
 from __future__ import annotations
@@ -51,6 +62,8 @@ SHIPPED_SMALL = "off"  # what sparse_updates "auto" picks at the smallest size
 TARGET_RATIO, TARGET_SIZE = 0.7, 1_000_000
 MEMORY_FRACTION = 0.6
 MAX_HISTORY = 50
+DISTRIBUTIONS = ("uniform", "zipf")
+ZIPF_EXPONENT = 1.0
 
 
 def table_gb(items: int, config, optimizer: str = "adam") -> float:
@@ -71,13 +84,29 @@ def _shipped_config(smoke: bool):
     return config
 
 
-def _log(items: int, examples: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Next-item examples over ``items`` catalogue items (indices 2 .. items + 1), uniform draws."""
+def _items(rng: np.random.Generator, items: int, shape, distribution: str) -> np.ndarray:
+    """Item indices (2 .. items + 1) drawn uniformly or by Zipf's law over the ranks (index 2 the most popular)."""
+    if distribution == "uniform":
+        return rng.integers(2, items + 2, shape, dtype=np.int32)
+    cdf = np.cumsum(np.arange(1, items + 1, dtype=np.float64) ** -ZIPF_EXPONENT)
+    ranks = np.searchsorted(cdf, rng.random(shape) * cdf[-1], side="right")
+    return (np.minimum(ranks, items - 1) + 2).astype(np.int32)
+
+
+def _log(items: int, examples: int, distribution: str = "uniform", seed: int = 0) -> dict[str, np.ndarray]:
+    """Next-item examples over ``items`` catalogue items (indices 2 .. items + 1), drawn by ``distribution``."""
     rng = np.random.default_rng(seed)
-    history = rng.integers(2, items + 2, (examples, MAX_HISTORY), dtype=np.int32)
-    return {"user": rng.integers(2, 1002, examples, dtype=np.int32), "history": history,
+    return {"user": rng.integers(2, 1002, examples, dtype=np.int32),
+            "history": _items(rng, items, (examples, MAX_HISTORY), distribution),
             "history_length": np.full(examples, MAX_HISTORY, np.int32),
-            "label": rng.integers(2, items + 2, examples, dtype=np.int32)}
+            "label": _items(rng, items, examples, distribution)}
+
+
+def distinct_rows(log: dict[str, np.ndarray], batch_size: int) -> dict[str, float]:
+    """Mean distinct history and label rows over the log's full batches of ``batch_size`` examples."""
+    batches = range(0, len(log["label"]) - batch_size + 1, batch_size)
+    return {f"distinct_{name}_rows_per_batch": round(float(np.mean(
+        [len(np.unique(log[name][start:start + batch_size])) for start in batches]))) for name in ("history", "label")}
 
 
 def _vocabulary(size: int, counts: np.ndarray):
@@ -89,7 +118,7 @@ def _vocabulary(size: int, counts: np.ndarray):
     return Vocabulary(ids, np.maximum(counts[:size + 2], 1) * (np.arange(size + 2) >= 2))
 
 
-def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto") -> dict:
+def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distribution: str = "uniform") -> dict:
     """Trains the recipe at ``items`` items in ``mode`` (``MODES``) in this process; rates and peak RSS."""
     import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
     from benchmarks.bench_training import _timed_logger
@@ -97,7 +126,7 @@ def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto") -> dict
 
     settings = SMOKE if smoke else FULL
     config = _shipped_config(smoke)
-    examples = _log(items, settings["examples"])
+    examples = _log(items, settings["examples"], distribution)
     counts = np.bincount(examples["label"], minlength=items + 2)
     model = models.build_model(config.model, _vocabulary(items, counts), _vocabulary(1000, np.ones(1002, int)))
     train = config.train
@@ -116,9 +145,9 @@ def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto") -> dict
             "optimizer": type(model.optimizer).__name__, "peak_rss_mb": peak_rss_mb()}
 
 
-def _spawn(items: int, mode: str, smoke: bool, jit_compile: str) -> dict:
+def _spawn(items: int, mode: str, smoke: bool, jit_compile: str, distribution: str) -> dict:
     command = [sys.executable, "-m", "benchmarks.bench_catalogue", f"--child={items},{mode}",
-               f"--jit_compile={jit_compile}"]
+               f"--jit_compile={jit_compile}", f"--distribution={distribution}"]
     done = subprocess.run(command + (["--smoke"] if smoke else []), cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     if done.returncode != 0:
@@ -134,7 +163,8 @@ def _median(values: list[float]) -> float:
     return float(np.median(values))
 
 
-def run(smoke: bool, sizes=None, modes=tuple(MODES), repeats: int = 1, jit_compile: str = "auto") -> list[dict]:
+def run(smoke: bool, sizes=None, modes=tuple(MODES), repeats: int = 1, jit_compile: str = "auto",
+        distribution: str = "uniform") -> list[dict]:
     """One row per (size, mode), measured ``repeats`` times with the sizes interleaved; ratios against the smallest
     size's rates in the same repeat (module docstring)."""
     settings = SMOKE if smoke else FULL
@@ -142,20 +172,27 @@ def run(smoke: bool, sizes=None, modes=tuple(MODES), repeats: int = 1, jit_compi
     sizes = list(sizes or settings["sizes"])
     rows, start, load_before = {}, time.perf_counter(), os.getloadavg()
     for items in sizes:
+        touched = None  # distinct rows per batch, of a size that runs
         for mode in modes:
             need = table_gb(items, config, MODES[mode][0])
-            row = {"name": f"{items}_items_sparse_{mode}", "items": items, "sparse_updates": mode,
-                   "optimizer": MODES[mode][0], "jit_compile": jit_compile, "examples": settings["examples"],
+            name = f"{items}_items_sparse_{mode}" + ("" if distribution == "uniform" else f"_{distribution}")
+            row = {"name": name, "items": items, "sparse_updates": mode,
+                   "optimizer": MODES[mode][0], "jit_compile": jit_compile, "distribution": distribution,
+                   "examples": settings["examples"],
                    "batch_size": config.train.batch_size, "timed_steps": settings["timed"], "repeats": repeats,
                    "table_gb": round(need, 2)}
             if need > MEMORY_FRACTION * _memory_gb():
                 row["skipped"] = (f"tables + optimizer slots need {need:.1f} GB, more than {MEMORY_FRACTION:.0%} of "
                                   f"this machine's {_memory_gb():.1f} GB")
+            else:
+                touched = touched or distinct_rows(_log(items, settings["examples"], distribution),
+                                                   config.train.batch_size)
+                row.update(touched)
             rows[items, mode] = row
     measured = {key: [] for key, row in rows.items() if "skipped" not in row}
     for _ in range(repeats):
         for key in measured:
-            measured[key].append(_spawn(*key, smoke, jit_compile))
+            measured[key].append(_spawn(*key, smoke, jit_compile, distribution))
     smallest = min(items for items, _ in measured) if measured else None
     for (items, mode), runs in measured.items():
         wall = [run_["examples_per_s"] for run_ in runs]
@@ -189,22 +226,25 @@ def main(argv=None) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--repeats", type=int, default=1, help="measurements per (size, mode), sizes interleaved")
     parser.add_argument("--jit_compile", default="auto", choices=("auto", "on", "off"), help="train.jit_compile")
+    parser.add_argument("--distribution", default="uniform", choices=DISTRIBUTIONS,
+                        help=f"item draws of the synthetic log (zipf: exponent {ZIPF_EXPONENT} over the ranks)")
     add_record_flag(parser)
     args = parser.parse_args(argv)
     if args.child:
         items, mode = args.child.split(",")
-        print(json.dumps(child(int(items), mode, args.smoke, args.jit_compile)))
+        print(json.dumps(child(int(items), mode, args.smoke, args.jit_compile, args.distribution)))
         return
     modes = tuple(args.modes.split(","))
     if not set(modes) <= set(MODES):
         parser.error(f"--modes: one or more of {', '.join(MODES)}")
     rows = run(args.smoke, [int(s) for s in args.sizes.split(",")] if args.sizes else None, modes, args.repeats,
-               args.jit_compile)
+               args.jit_compile, args.distribution)
     print(json.dumps(rows, indent=1))
     if should_record(args):
         flags = [f"--{name}={value}" for name, value, default in (
             ("sizes", args.sizes, None), ("modes", args.modes, ",".join(MODES)), ("repeats", args.repeats, 1),
-            ("jit_compile", args.jit_compile, "auto")) if value != default]
+            ("jit_compile", args.jit_compile, "auto"), ("distribution", args.distribution, "uniform"))
+            if value != default]
         record("catalogue", rows, " ".join(["python -m benchmarks.bench_catalogue", *flags]))
 
 

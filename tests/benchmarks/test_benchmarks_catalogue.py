@@ -1,8 +1,11 @@
 """benchmarks/bench_catalogue.py: a smoke run (one subprocess per size and mode: rows complete, the lazy optimizer
 used exactly where asked, the row-wise mode on row-wise Adagrad), the paired ratios and medians over repeats (with
-the children's measurements replaced), and a size too large for the machine skipped."""
+the children's measurements replaced), a size too large for the machine skipped, and the Zipf log's draws and
+distinct rows per batch."""
 
 from unittest import mock
+
+import numpy as np
 
 from benchmarks import bench_catalogue
 
@@ -22,7 +25,7 @@ def test_ratios_are_paired_per_repeat_and_rates_are_medians():
     """Repeat r measures every rate times (1, 2, 4)[r]: the paired ratios are exact whatever the drift."""
     calls = []
 
-    def spawn(items, mode, smoke, jit_compile):
+    def spawn(items, mode, smoke, jit_compile, distribution):
         calls.append((items, mode))
         rate = {300: 1000.0, 1_000_000: 800.0}[items] * (0.5 if mode == "on" else 1) * (1, 2, 4)[(len(calls) - 1) // 4]
         return {"examples_per_s": rate, "examples_per_cpu_s": rate / 2, "lazy": mode == "on", "optimizer": "x",
@@ -41,3 +44,21 @@ def test_ratios_are_paired_per_repeat_and_rates_are_medians():
 def test_a_catalogue_beyond_the_memory_is_skipped():
     rows = bench_catalogue.run(smoke=True, sizes=[10 ** 12], modes=("off",))
     assert all("skipped" in row and "examples_per_s" not in row for row in rows)
+
+
+def test_zipf_draws_follow_the_ranks_and_touch_fewer_rows_than_uniform():
+    items, examples = 1000, 20_000
+    zipf = bench_catalogue._log(items, examples, "zipf")
+    draws = zipf["history"].ravel()
+    assert draws.min() >= 2 and draws.max() <= items + 1
+    share = np.bincount(draws, minlength=items + 2)[2:] / draws.size
+    expected = 1 / np.arange(1, items + 1) / np.sum(1 / np.arange(1, items + 1))  # exponent 1.0
+    np.testing.assert_allclose(share[:5], expected[:5], rtol=0.05)  # rank 1 at index 2, the vocabulary's order
+    uniform_rows = bench_catalogue.distinct_rows(bench_catalogue._log(items, examples), 100)
+    zipf_rows = bench_catalogue.distinct_rows(zipf, 100)
+    batch = zipf["history"][:100]
+    assert zipf_rows["distinct_history_rows_per_batch"] < uniform_rows["distinct_history_rows_per_batch"]
+    assert uniform_rows["distinct_label_rows_per_batch"] <= 100
+    assert bench_catalogue.distinct_rows({"history": batch, "label": zipf["label"][:100]}, 100) == {
+        "distinct_history_rows_per_batch": len(np.unique(batch)),
+        "distinct_label_rows_per_batch": len(np.unique(zipf["label"][:100]))}
