@@ -7,13 +7,6 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export TF_USE_LEGACY_KERAS := 1
 
-# The slowest test files (whole pipelines in subprocesses, benchmark smoke runs, multi-process serving and training,
-# measured with `pytest --durations`): `make test-fast` leaves them out for the inner loop; `make test` runs all.
-SLOW_TESTS := tests/benchmarks $(addprefix tests/,jobs/test_pipeline_job.py \
-	jobs/test_pipeline_lineage_job.py jobs/test_pipeline_sets.py jobs/test_pipeline_tuning.py \
-	jobs/test_pipeline_streaming.py pipelines/test_pipelines_eval.py test_distributed.py \
-	sampling/test_sampling_distributed.py test_parameter_server.py serving/test_serving_workers.py)
-
 .PHONY: setup run test test-fast lint bench constraints clean
 
 setup: $(STAMP)
@@ -35,8 +28,10 @@ PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 test: setup
 	$(PYTEST)
 
+# The inner loop: the suite without the files marked slow in tests/conftest.py (whole pipelines in
+# subprocesses, multi-process serving and training, benchmark smoke runs).
 test-fast: setup
-	$(PYTEST) $(addprefix --ignore=,$(SLOW_TESTS))
+	$(PYTEST) -m "not slow"
 
 lint: setup
 	$(PY) -m ruff check retrieval pipelines configs tests benchmarks deploy

@@ -32,6 +32,16 @@ def current_rss_mb() -> float:
         return peak_rss_mb()
 
 
+def freeze_live_objects() -> None:
+    """Collects garbage, then moves every object alive now to the permanent generation (``gc.freeze``), so that later
+    full collections (:func:`release_freed`) scan only objects created since. A server calls it once before loading
+    its first run: the modules it has imported (TensorFlow's alone are hundreds of thousands of objects) are never
+    garbage, and scanning them made each hot reload's collection ~0.2 s of held interpreter lock (a reload of a small
+    run: 0.38 -> 0.09 s)."""
+    gc.collect()
+    gc.freeze()
+
+
 def release_freed() -> None:
     """Returns memory that this process has freed to the OS: a garbage collection, Arrow's pool's unused memory,
     and the C heap's free pages (glibc ``malloc_trim``). Freed memory otherwise stays resident in the allocators'

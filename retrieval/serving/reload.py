@@ -84,6 +84,7 @@ class GeneratorHolder:
         self._watcher: Optional[Periodic] = None
         self._release_pending = False  # an old run was swapped out: free its memory again at the next poll
         target = resolve_run_dir(self.source)
+        memory.freeze_live_objects()
         model_dir = self.source if (self.source / "latest").exists() else self.source.parent
         self._bases = sorted({str(model_dir), os.path.realpath(model_dir), str(target.parent)}, key=len, reverse=True)
         try:
