@@ -1,4 +1,4 @@
-"""benchmarks/bench_catalogue.py: a smoke run (one subprocess per size and mode: rows complete, the lazy optimizer
+"""benchmarks/bench_catalogue.py: a smoke run (one subprocess per mode at one size: rows complete, the lazy optimizer
 used exactly where asked, the row-wise mode on row-wise Adagrad), the paired ratios and medians over repeats (with
 the children's measurements replaced), a size too large for the machine skipped, and the Zipf log's draws and
 distinct rows per batch."""
@@ -11,9 +11,8 @@ from benchmarks import bench_catalogue
 
 
 def test_bench_catalogue_smoke():
-    rows = bench_catalogue.run(smoke=True, modes=("off", "rowwise"))
-    assert [(row["items"], row["sparse_updates"]) for row in rows] == [(300, "off"), (300, "rowwise"),
-                                                                         (3000, "off"), (3000, "rowwise")]
+    rows = bench_catalogue.run(smoke=True, sizes=[300], modes=("off", "rowwise"))  # ratios: the faked test below
+    assert [(row["items"], row["sparse_updates"]) for row in rows] == [(300, "off"), (300, "rowwise")]
     for row in rows:
         assert row["examples_per_s"] > 0 and row["examples_per_cpu_s"] > 0 and row["peak_rss_mb"] > 0, row
         assert row["lazy_optimizer"] == (row["sparse_updates"] != "off"), row
