@@ -17,8 +17,16 @@ from absl import flags
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
 from retrieval.jobs import locations
-from retrieval.serving import settings as defaults
-from retrieval.serving.settings import Limits, ServeSettings, resolve_run_dir
+from retrieval.serving.settings import (
+    CANARY_RECALL_FLOOR,
+    CANARY_USERS,
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_WAIT_S,
+    READ_TIMEOUT_S,
+    Limits,
+    ServeSettings,
+    resolve_run_dir,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "A run directory, or a model directory whose 'latest' link names the published "
@@ -34,16 +42,16 @@ flags.DEFINE_integer("max_body_bytes", Limits.max_body_bytes, "Largest request b
 flags.DEFINE_integer("faiss_threads", 1, "OpenMP threads per FAISS search (0: FAISS's default). 1 suits serving: "
                                          "requests bring one query each and run concurrently on the server's threads; "
                                          "more threads per search only add synchronisation.")
-flags.DEFINE_integer("batch_max_size", defaults.DEFAULT_MAX_BATCH,
+flags.DEFINE_integer("batch_max_size", DEFAULT_MAX_BATCH,
                      "Most concurrent /v1/candidates requests answered by one user-tower call and one index search "
                      "(micro-batching; 0 answers each request alone).")
-flags.DEFINE_float("batch_max_wait_ms", defaults.DEFAULT_MAX_WAIT_S * 1000,
+flags.DEFINE_float("batch_max_wait_ms", DEFAULT_MAX_WAIT_S * 1000,
                    "Longest a request waits for others to join its batch, counted from its arrival (a request that "
                    "arrived while the previous batch ran is not held back further).")
-flags.DEFINE_float("read_timeout_s", defaults.READ_TIMEOUT_S, "Seconds a client has to send a whole request (head and body); "
+flags.DEFINE_float("read_timeout_s", READ_TIMEOUT_S, "Seconds a client has to send a whole request (head and body); "
                                                     "slower or partial requests get 408 and are closed.")
-flags.DEFINE_integer("canary_users", defaults.CANARY_USERS, "Training users whose queries the canary sends to a new run.")
-flags.DEFINE_float("canary_recall_floor", defaults.CANARY_RECALL_FLOOR, "Recall against exact search a new run's index must "
+flags.DEFINE_integer("canary_users", CANARY_USERS, "Training users whose queries the canary sends to a new run.")
+flags.DEFINE_float("canary_recall_floor", CANARY_RECALL_FLOOR, "Recall against exact search a new run's index must "
                                                                "reach on the canary's users to be served.")
 flags.DEFINE_integer("workers", 1, "Server processes sharing the port (about one per core; see docs/serving.md). "
                                    "Each loads the run and reloads 'latest' itself.")

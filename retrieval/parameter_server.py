@@ -170,7 +170,7 @@ class Watchdog:
         self._probe, self._on_lost, self._clock = probe, on_lost, clock
         self._last_seen = dict.fromkeys(self.tasks, clock())
         self._warned: set = set()
-        self._thread = Periodic(self._watch, interval_s, "ps-watchdog")
+        self._watcher = Periodic(self._watch, interval_s, "ps-watchdog")
 
     def check(self) -> Optional[str]:
         """Probes every task once; the reason to stop, or None."""
@@ -201,10 +201,10 @@ class Watchdog:
 
     def start(self) -> None:
         self._last_seen = dict.fromkeys(self.tasks, self._clock())
-        self._thread.start()
+        self._watcher.start()
 
     def stop(self) -> None:
-        self._thread.stop()
+        self._watcher.stop()
 
 
 class Synchronize(tf.keras.callbacks.Callback):

@@ -16,10 +16,6 @@ class Periodic:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
-
     def start(self) -> None:
         def loop() -> None:
             while not self._stop.wait(self.interval_s):

@@ -47,8 +47,8 @@ def _file_of(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: position for position, name in enumerate(HEAVIEST)}
+    names = {item.nodeid: _file_of(item) for item in items}
     for item in items:
-        name = _file_of(item)
-        if name in SLOW or name.startswith("benchmarks/"):
+        if names[item.nodeid] in SLOW or names[item.nodeid].startswith("benchmarks/"):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: rank.get(_file_of(item), len(HEAVIEST)))  # stable: files keep their own order
+    items.sort(key=lambda item: rank.get(names[item.nodeid], len(HEAVIEST)))  # stable: files keep their own order
