@@ -45,6 +45,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from unittest import mock
 
@@ -57,7 +58,8 @@ from retrieval.memory import peak_rss_mb
 ROOT = Path(__file__).resolve().parents[1]
 FULL = {"sizes": (4_000, 200_000, 1_000_000, 10_000_000), "examples": 40_960, "warmup": 10, "timed": 20}
 SMOKE = {"sizes": (300, 3_000), "examples": 512, "warmup": 2, "timed": 4, "batch_size": 32}
-MODES = {"off": ("adam", "off"), "on": ("adam", "on"), "rowwise": ("rowwise_adagrad", "on")}  # optimizer, sparse
+MODES = {"off": ("adam", "off"), "on": ("adam", "on"), "rowwise": ("rowwise_adagrad", "on"),
+         "floor": ("adam", "on")}  # optimizer, sparse; "floor" also drops lazy Adam's per-row state (docstring)
 SHIPPED_SMALL = "off"  # what sparse_updates "auto" picks at the smallest size
 TARGET_RATIO, TARGET_SIZE = 0.7, 1_000_000
 MEMORY_FRACTION = 0.6
@@ -118,11 +120,17 @@ def _vocabulary(size: int, counts: np.ndarray):
     return Vocabulary(ids, np.maximum(counts[:size + 2], 1) * (np.arange(size + 2) >= 2))
 
 
+def stateless_step(optimizer, gradient, rows, variable, lr):
+    """The floor mode's ``_sparse_step`` for ``LazyAdam``: the rows' decrement ``lr * g``, no slots read or written."""
+    return lr * gradient
+
+
 def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distribution: str = "uniform") -> dict:
     """Trains the recipe at ``items`` items in ``mode`` (``MODES``) in this process; rates and peak RSS."""
     import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
     from benchmarks.bench_training import _timed_logger
     from retrieval import models, training
+    from retrieval.optimizers import LazyAdam
 
     settings = SMOKE if smoke else FULL
     config = _shipped_config(smoke)
@@ -136,7 +144,8 @@ def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distrib
     train.epochs = -(-end * train.batch_size // settings["examples"])
     train.log_every_steps, train.checkpoint_every_steps = 1, 10 ** 9
     logger = _timed_logger(end)
-    with mock.patch.object(training, "ProgressLogger", logger):
+    stateless = mock.patch.object(LazyAdam, "_sparse_step", stateless_step)
+    with mock.patch.object(training, "ProgressLogger", logger), stateless if mode == "floor" else nullcontext():
         training.fit(model, examples, train)
     (wall0, cpu0), (wall1, cpu1) = logger.marks[settings["warmup"]], logger.marks[end]
     examples_timed = settings["timed"] * train.batch_size

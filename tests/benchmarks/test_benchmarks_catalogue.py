@@ -1,6 +1,6 @@
 """benchmarks/bench_catalogue.py: a smoke run (one subprocess per mode at one size: rows complete, the lazy optimizer
 used exactly where asked, the row-wise mode on row-wise Adagrad), the paired ratios and medians over repeats (with
-the children's measurements replaced), a size too large for the machine skipped, and the Zipf log's draws and
+the children's measurements replaced), the floor mode's stateless row step, a size too large for the machine skipped, and the Zipf log's draws and
 distinct rows per batch."""
 
 from unittest import mock
@@ -11,8 +11,8 @@ from benchmarks import bench_catalogue
 
 
 def test_bench_catalogue_smoke():
-    rows = bench_catalogue.run(smoke=True, sizes=[300], modes=("off", "rowwise"))  # ratios: the faked test below
-    assert [(row["items"], row["sparse_updates"]) for row in rows] == [(300, "off"), (300, "rowwise")]
+    rows = bench_catalogue.run(smoke=True, sizes=[300], modes=("off", "rowwise", "floor"))  # ratios: faked below
+    assert [(row["items"], row["sparse_updates"]) for row in rows] == [(300, "off"), (300, "rowwise"), (300, "floor")]
     for row in rows:
         assert row["examples_per_s"] > 0 and row["examples_per_cpu_s"] > 0 and row["peak_rss_mb"] > 0, row
         assert row["lazy_optimizer"] == (row["sparse_updates"] != "off"), row
@@ -61,3 +61,17 @@ def test_zipf_draws_follow_the_ranks_and_touch_fewer_rows_than_uniform():
     assert bench_catalogue.distinct_rows({"history": batch, "label": zipf["label"][:100]}, 100) == {
         "distinct_history_rows_per_batch": len(np.unique(batch)),
         "distinct_label_rows_per_batch": len(np.unique(zipf["label"][:100]))}
+
+
+def test_the_floor_mode_steps_the_rows_without_state():
+    """The floor's lazy step (``child``'s patch) is plain SGD on the touched rows, duplicates summed."""
+    import tensorflow as tf
+
+    from retrieval.optimizers import LazyAdam
+
+    table = tf.Variable(tf.ones([4, 2]))
+    optimizer = LazyAdam(learning_rate=0.5)
+    gradient = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0], [1.0, 1.0]]), tf.constant([1, 3, 1]))
+    with mock.patch.object(LazyAdam, "_sparse_step", bench_catalogue.stateless_step):
+        optimizer.apply_gradients([(gradient, table)])
+    np.testing.assert_allclose(table.numpy(), [[1, 1], [0, -0.5], [1, 1], [-0.5, -1]])
