@@ -2,6 +2,7 @@
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import tensorflow as tf
 from retrieval import training
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
-from retrieval.models import build_model, default_config
+from retrieval.models import build_model, default_config, layers
 
 N, BATCH = 96, 16  # 6 steps per epoch
 
@@ -149,7 +150,8 @@ def test_jit_compile_auto_is_on_exactly_for_sampler_free_objectives_on_one_repli
 
 @pytest.mark.parametrize("objective, log_q", [("in_batch", "estimated"), ("full_softmax", "none")])
 def test_xla_step_with_dense_embedding_gradients_equals_the_sparse_step(data, objective, log_q):
-    """The XLA-compiled step sums the embedding row gradients densely; Keras's uncompiled step de-duplicates them.
+    """The XLA-compiled step sums the embedding row gradients densely and pools the history in chunks
+    (``layers.sum_over_positions``); Keras's uncompiled step de-duplicates the rows and pools with one reduction.
     Both must move every variable (and the frequency estimator) the same way."""
     items, users, examples = data
     config = model_config()
@@ -157,8 +159,10 @@ def test_xla_step_with_dense_embedding_gradients_equals_the_sparse_step(data, ob
     states = {}
     for jit in ("on", "off"):
         model = build_model(config, items, users)
-        training.fit(model, examples, train_config(epochs=1, jit_compile=jit))
+        with mock.patch.object(layers, "sum_over_positions", wraps=layers.sum_over_positions) as chunked:
+            training.fit(model, examples, train_config(epochs=1, jit_compile=jit))
         assert model.jit_compile == (jit == "on")
+        assert chunked.called == (jit == "on") and not model.user_tower.chunked_pooling
         states[jit] = [v.numpy() for v in model.weights]
     assert len(states["on"]) == len(states["off"])
     for compiled, eager in zip(states["on"], states["off"], strict=True):

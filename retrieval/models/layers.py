@@ -17,6 +17,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.errors import InputError
 
 MASK_BELOW = 2  # indices 0 (padding) and 1 (out of vocabulary) never contribute
+POSITION_CHUNK = 10  # positions per partial sum in sum_over_positions (10 fused best at H = 50; 8 and 16 less well)
 
 
 class Initializers:
@@ -89,11 +90,37 @@ class FeatureTables(tf.keras.layers.Layer):
         return tf.concat(parts, axis=-1)
 
 
-def masked_mean(embeddings: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Mean of ``embeddings`` [..., H, D] over the positions where ``mask`` [..., H] holds; zeros when none does."""
+def masked_mean(embeddings: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:
+    """Mean of ``embeddings`` [..., H, D] over the positions where ``mask`` [..., H] holds; zeros when none does.
+    ``chunked``: the sum over positions is ``sum_over_positions`` (for XLA-compiled steps; same values)."""
     weights = tf.cast(mask, embeddings.dtype)[..., tf.newaxis]
-    total = tf.reduce_sum(embeddings * weights, axis=-2)
+    masked = embeddings * weights
+    total = sum_over_positions(masked) if chunked else tf.reduce_sum(masked, axis=-2)
     return total / tf.maximum(tf.reduce_sum(weights, axis=-2), 1.0)
+
+
+@tf.custom_gradient
+def sum_over_positions(x: tf.Tensor) -> tf.Tensor:
+    """``tf.reduce_sum(x, axis=-2)`` for ``x`` [..., H, D], computed as the sum of the sums over slices of at most
+    ``POSITION_CHUNK`` positions, with ``reduce_sum``'s gradient (one broadcast).
+
+    Why: XLA on CPU rewrites a sum over more than 32 positions into a reduce-window it does not fuse with the sum's
+    producer, so a pooled history lookup writes the gathered, masked ``[B, H, D]`` block out and reads it back.
+    Sums over a few positions fuse with the gather and the mask into one loop: the pooled ``[B, D]`` is read straight
+    from the table (``bench_training``'s step: ~12% more examples per CPU second; ``benchmarks/RESULTS.md``). The
+    custom gradient keeps the backward pass one broadcast (each slice's own gradient would pad it to ``[B, H, D]``).
+    Uncompiled, one reduction is faster (the slices are copies): ``masked_mean(chunked=...)`` chooses."""
+    positions = x.shape[-2]
+    if positions is None:  # not known when traced: one reduction
+        total = tf.reduce_sum(x, axis=-2)
+    else:
+        total = tf.add_n([tf.reduce_sum(x[..., start:start + POSITION_CHUNK, :], axis=-2)
+                          for start in range(0, positions, POSITION_CHUNK)])
+
+    def gradient(upstream: tf.Tensor) -> tf.Tensor:
+        return tf.broadcast_to(upstream[..., tf.newaxis, :], tf.shape(x))
+
+    return total, gradient
 
 
 def interleaved_parts(history: tf.Tensor, part_size: int) -> tuple[tf.Tensor, tf.Tensor]:

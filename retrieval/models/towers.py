@@ -50,7 +50,12 @@ class ItemTower(tf.keras.layers.Layer):
 
 class UserTower(tf.keras.layers.Layer):
     """Maps a batch dict (``user`` [B], ``history`` [B, H] most recent first, optional ``example_age`` [B]) to user
-    vectors [B, output_dim]. Any H works (the pooling is position-free), so serving may pass shorter histories."""
+    vectors [B, output_dim]. Any H works (the pooling is position-free), so serving may pass shorter histories.
+
+    ``chunked_pooling`` (False) makes the mean pooling sum the positions in chunks (``layers.sum_over_positions``):
+    ``TwoTowerModel`` sets it while it traces an XLA-compiled step, where the chunks fuse with the lookup."""
+
+    chunked_pooling = False
 
     def __init__(self, history_embedding: tf.keras.layers.Embedding, output_dim: int, init: Initializers, *,
                  hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
@@ -78,7 +83,9 @@ class UserTower(tf.keras.layers.Layer):
         history = tf.cast(inputs["history"], tf.int32)
         mask = history >= MASK_BELOW
         watched = self.history_embedding(history)
-        parts = [self.attention(watched, mask) if self.attention is not None else masked_mean(watched, mask)]
+        pooled = (self.attention(watched, mask) if self.attention is not None
+                  else masked_mean(watched, mask, chunked=self.chunked_pooling))
+        parts = [pooled]
         user_id = None
         if self.user_id_embedding is not None or self.features is not None:
             user = tf.cast(inputs["user"], tf.int32)

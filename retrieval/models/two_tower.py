@@ -74,9 +74,14 @@ class TwoTowerModel(tfrs.Model):
         return self.user_tower(inputs, training=training)
 
     def compute_loss(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
-        """Sum of the per-example losses divided by the global batch size; updates the ``loss`` metric."""
-        per_example = self.objective(self(inputs, training=training), tf.cast(inputs["label"], tf.int32),
-                                     training=training)
+        """Sum of the per-example losses divided by the global batch size; updates the ``loss`` metric. Traced in an
+        XLA-compiled step (``jit_compile``), the user tower pools in chunks (``UserTower.chunked_pooling``)."""
+        self.user_tower.chunked_pooling = bool(self.jit_compile)
+        try:
+            user_vectors = self(inputs, training=training)
+        finally:
+            self.user_tower.chunked_pooling = False
+        per_example = self.objective(user_vectors, tf.cast(inputs["label"], tf.int32), training=training)
         self.loss_tracker.update_state(per_example)
         return distributed.average_loss(per_example)
 

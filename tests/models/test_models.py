@@ -10,7 +10,7 @@ from retrieval import losses
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import build_model, default_config
-from retrieval.models.layers import Initializers, interleaved_parts, masked_mean
+from retrieval.models.layers import Initializers, interleaved_parts, masked_mean, sum_over_positions
 from retrieval.models.towers import ItemTower
 from retrieval.sampling.frequency import static_log_q
 
@@ -107,6 +107,34 @@ def test_masked_mean_ignores_masked_positions_and_empty_rows_are_zero():
     out = masked_mean(tf.constant(x), tf.constant(mask)).numpy()
     np.testing.assert_allclose(out[0], (x[0, 0] + x[0, 2]) / 2)
     np.testing.assert_allclose(out[1], 0.0)
+
+
+@pytest.mark.parametrize("positions", [1, 10, 23, 50])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_sum_over_positions_is_reduce_sum_with_its_gradient(positions, jit_compile):
+    """The chunked sum (XLA's fusible form) against ``tf.reduce_sum``: values and gradients, compiled and not."""
+    rng = np.random.default_rng(positions)
+    x = tf.constant(rng.normal(size=(3, positions, 4)).astype(np.float32))
+    upstream = tf.constant(rng.normal(size=(3, 4)).astype(np.float32))
+
+    def value_and_gradient(sum_fn):
+        @tf.function(jit_compile=jit_compile)
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                total = sum_fn(x)
+                loss = tf.reduce_sum(tf.square(total) * upstream)
+            return total, tape.gradient(loss, x)
+        return run(x)
+
+    (total, gradient), (expected, expected_gradient) = (
+        value_and_gradient(sum_over_positions), value_and_gradient(lambda x: tf.reduce_sum(x, axis=-2)))
+    np.testing.assert_allclose(total.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy(), rtol=1e-5, atol=1e-5)
+    x = np.arange(2 * positions * 3, dtype=np.float32).reshape(2, positions, 3)
+    mask = rng.random((2, positions)) < 0.5
+    np.testing.assert_allclose(masked_mean(tf.constant(x), tf.constant(mask), chunked=True).numpy(),
+                               masked_mean(tf.constant(x), tf.constant(mask)).numpy(), rtol=1e-6)
 
 
 def test_interleaved_parts_deal_the_valid_items_round_robin():
