@@ -9,7 +9,8 @@ at temperature 0.1 with accidental hits removed, Adam with the same warmup + cos
   ``training.fit`` on the ``next_item_examples`` int arrays (``to_dataset``: one permutation per epoch cut into
   batches of row numbers, one gather per batch), with its defaults: ``jit_compile="auto"`` XLA-compiles this
   sampler-free step and sums the embedding gradients densely instead of de-duplicating 52k gathered rows with
-  TensorFlow's CPU segment sum (the largest op of the uncompiled step, on both sides).
+  TensorFlow's CPU segment sum (the largest op of the uncompiled step, on both sides); the compiled step pools the
+  history as sums over 10-position chunks, which XLA fuses with the lookup (``layers.sum_over_positions``).
 - ``tfrs``: a ``tfrs.Model`` with ``tfrs.tasks.Retrieval`` fed a ``tf.data.Dataset`` of string features (user id,
   history as a ``""``-padded string tensor [N, 50], item id), ``StringLookup`` inside the towers, masked
   ``GlobalAveragePooling1D``; pipeline ``shuffle(N) -> batch -> cache -> prefetch`` as in the tutorials. The

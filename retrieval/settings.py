@@ -78,8 +78,9 @@ def default_train_config() -> ml_collections.ConfigDict:
     # Seed of the shuffling (the pipelines set it from the top-level `seed`).
     config.seed = 42
     # XLA-compile the training step: "auto" (on when the objective samples no negatives (in-batch without extra
-    # negatives, full softmax) and training runs on one replica), "on" or "off". XLA fuses the step and sums the
-    # embedding gradients densely: 2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py).
+    # negatives, full softmax) and training runs on one replica), "on" or "off". XLA fuses the step, sums the
+    # embedding gradients densely and pools the history in chunks fused with its lookup (layers.sum_over_positions):
+    # 2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py).
     config.jit_compile = "auto"
     # Lazy (row-wise sparse) optimizer updates of the embedding tables (retrieval/optimizers.py, docs/sparse-updates.md):
     # a step updates only the rows the batch looked up, and their moments, so its cost does not grow with the
