@@ -129,6 +129,7 @@ def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distrib
     """Trains the recipe at ``items`` items in ``mode`` (``MODES``) in this process; rates and peak RSS."""
     import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
     from benchmarks.bench_training import _timed_logger
+    from benchmarks.common import marked_step
     from retrieval import models, training
     from retrieval.optimizers import LazyAdam
 
@@ -147,8 +148,9 @@ def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distrib
     stateless = mock.patch.object(LazyAdam, "_sparse_step", stateless_step)
     with mock.patch.object(training, "ProgressLogger", logger), stateless if mode == "floor" else nullcontext():
         training.fit(model, examples, train)
-    (wall0, cpu0), (wall1, cpu1) = logger.marks[settings["warmup"]], logger.marks[end]
-    examples_timed = settings["timed"] * train.batch_size
+    first, last = marked_step(logger.marks, settings["warmup"]), marked_step(logger.marks, end)
+    (wall0, cpu0), (wall1, cpu1) = logger.marks[first], logger.marks[last]
+    examples_timed = (last - first) * train.batch_size
     return {"examples_per_s": examples_timed / (wall1 - wall0), "examples_per_cpu_s": examples_timed / (cpu1 - cpu0),
             "lazy": bool(getattr(model.optimizer, "sparse_updates", False)),
             "optimizer": type(model.optimizer).__name__, "peak_rss_mb": peak_rss_mb()}

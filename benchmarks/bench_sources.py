@@ -84,18 +84,17 @@ def child(side: str, work: Path, log: str, smoke: bool) -> dict:
     class Timed(training.ProgressLogger):
         def on_train_batch_end(self, batch, logs=None):
             super().on_train_batch_end(batch, logs)
-            step = self.step
-            if step in (window, 2 * window):
-                marks[step] = time.perf_counter()
-            if step >= 2 * window:
+            marks[self.step] = time.perf_counter()
+            if self.step >= 2 * window:
                 self.model.stop_training = True
 
     config.train.epochs = max(1, -(-2 * window * settings["batch_size"] // len(source)))
     model = build_model(config.model, items, users)
     with mock.patch.object(training, "ProgressLogger", Timed):
         training.fit(model, source, config.train)
-    seconds = marks[2 * window] - marks[window]
-    return {"side": side, "examples": len(source), "examples_per_s": window * settings["batch_size"] / seconds}
+    start, end = common.marked_step(marks, window), common.marked_step(marks, 2 * window)
+    seconds = marks[end] - marks[start]
+    return {"side": side, "examples": len(source), "examples_per_s": (end - start) * settings["batch_size"] / seconds}
 
 
 def _spawn(side: str, work: Path, log: str, smoke: bool) -> dict:

@@ -92,8 +92,8 @@ def _train_config(batch_size: int, window: int, epochs: int):
 
 def _timed_logger(stop_at: int):
     """``training.ProgressLogger`` that also notes the wall clock and the process CPU time (all threads: the step,
-    the input pipeline) at each of its log steps, in the class attribute ``marks`` (``{step: (wall, cpu)}``), and
-    stops training after step ``stop_at``."""
+    the input pipeline) after every execution (``train.steps_per_execution`` steps), in the class attribute
+    ``marks`` (``{step: (wall, cpu)}``), and stops training after step ``stop_at``."""
     from retrieval import training
 
     class TimedLogger(training.ProgressLogger):
@@ -101,8 +101,7 @@ def _timed_logger(stop_at: int):
 
         def on_train_batch_end(self, batch, logs=None):
             super().on_train_batch_end(batch, logs)
-            if self.step % self.every_steps == 0:
-                self.marks[self.step] = (time.perf_counter(), time.process_time())
+            self.marks[self.step] = (time.perf_counter(), time.process_time())
             if self.step >= stop_at:
                 self.model.stop_training = True
 
@@ -110,9 +109,10 @@ def _timed_logger(stop_at: int):
 
 
 def _rates(marks: dict, start: int, end: int, window: int, batch_size: int) -> dict[str, float]:
-    """Examples per wall second and per CPU second between two marked steps, and per wall second in the fastest of
-    the ``window``-step parts of that span (``best_wall``)."""
+    """Examples per wall second and per CPU second between two marked steps (the first marks at or after them), and
+    per wall second in the fastest of the ``window``-step parts of that span (``best_wall``)."""
     def per_second(a: int, b: int, clock: int) -> float:
+        a, b = common.marked_step(marks, a), common.marked_step(marks, b)
         return (b - a) * batch_size / (marks[b][clock] - marks[a][clock])
 
     parts = [per_second(a, a + window, 0) for a in range(start, end, window)]

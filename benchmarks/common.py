@@ -12,3 +12,9 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     if not values:
         raise ValueError("spread of no values")
     return {"median": float(statistics.median(values)), "min": float(min(values)), "max": float(max(values))}
+
+
+def marked_step(marks: dict, step: int) -> int:
+    """The first step at or after ``step`` in ``marks`` (keyed by training step): a timing callback sees only the
+    last step of each execution of ``train.steps_per_execution`` steps."""
+    return min(marked for marked in marks if marked >= step)

@@ -60,18 +60,26 @@ class FitResult:
 
 
 class _StepCallback(tf.keras.callbacks.Callback):
-    """Tracks the optimizer step without reading the variable after every batch (one step per batch). Batch logs
-    are passed as they come (tensors; ``RemoteValue``s under parameter-server training, which requires this)."""
+    """Tracks the optimizer step without reading the variable after every batch: the step at the epoch's start plus
+    the batch index Keras reports, which is the execution's last step (``steps_per_execution`` steps per call).
+    ``crossed(every)``: whether the last execution reached a multiple of ``every``. Batch logs are passed as they come
+    (tensors; ``RemoteValue``s under parameter-server training, which requires this)."""
 
     def __init__(self):
         super().__init__()
         self._supports_tf_logs = True
 
     def on_train_begin(self, logs=None):
-        self.step = int(self.model.optimizer.iterations.numpy())
+        self.step = self.previous_step = self._epoch_start = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self.step
 
     def on_train_batch_end(self, batch, logs=None):
-        self.step += 1
+        self.previous_step, self.step = self.step, self._epoch_start + int(batch) + 1
+
+    def crossed(self, every: int) -> bool:
+        return self.step // every > self.previous_step // every
 
 
 class ProgressLogger(_StepCallback):
@@ -102,7 +110,7 @@ class ProgressLogger(_StepCallback):
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         step = self.step
-        if step % self.every_steps and step < self.total_steps:
+        if not self.crossed(self.every_steps) and step < self.total_steps:
             return
         now = time.perf_counter()
         if isinstance(logs, tf.distribute.experimental.coordinator.RemoteValue):
@@ -121,7 +129,8 @@ class ProgressLogger(_StepCallback):
 
 
 class StopAtStep(_StepCallback):
-    """Stops at exactly ``total_steps`` optimizer steps (a resumed run's last Keras epoch would otherwise overrun)."""
+    """Stops at exactly ``total_steps`` optimizer steps (a resumed run's last Keras epoch would otherwise overrun;
+    ``fit`` runs one step per execution in such a run, so that the stop falls on the step)."""
 
     def __init__(self, total_steps: int):
         super().__init__()
@@ -157,7 +166,7 @@ class CheckpointEvery(_StepCallback):
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
-        if self.step % self.every_steps == 0:
+        if self.crossed(self.every_steps):
             self.manager.save(checkpoint_number=self.step)
 
     def on_train_end(self, logs=None):
@@ -227,6 +236,18 @@ def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> 
     if config.jit_compile != "auto":
         return config.jit_compile == "on"
     return model.xla_compatible and strategy.num_replicas_in_sync == 1
+
+
+def steps_per_execution(config: ml_collections.ConfigDict, strategy: tf.distribute.Strategy, step: int,
+                        steps_per_epoch: int) -> int:
+    """The training steps Keras runs per call into TensorFlow: ``config.steps_per_execution``, reduced to a divisor
+    of ``checkpoint_every_steps`` and ``log_every_steps`` (so that within an epoch those fall on an execution's
+    end); 1 under parameter-server training (one scheduled step per call) and in a run resumed mid-epoch (whose
+    last Keras epoch stops mid-way, at a step an execution of several would overrun)."""
+    if parameter_server.uses_coordinator(strategy) or step % steps_per_epoch:
+        return 1
+    return math.gcd(int(config.get("steps_per_execution", 1)), int(config.checkpoint_every_steps),
+                    int(config.log_every_steps))
 
 
 Examples = examples_lib.ExampleSource | Mapping[str, np.ndarray]
@@ -320,10 +341,16 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         callbacks.append(ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir))
         if manager is not None:
             callbacks.append(CheckpointEvery(manager, config.checkpoint_every_steps))  # last: saves restored weights
-        validation = (examples_lib.to_dataset(validation_examples, config.batch_size, shuffle=False)
-                      if validation_examples is not None else None)
+        validation, validation_steps = None, None
+        if validation_examples is not None:  # (steps_per_execution > 1 needs the validation steps stated)
+            validation = examples_lib.to_dataset(validation_examples, config.batch_size, shuffle=False)
+            validation_steps = math.ceil(len(examples_lib.as_source(validation_examples)) / config.batch_size)
+        with strategy.scope():  # the same optimizer (restored), now with the steps per call the resumed step allows
+            model.compile(optimizer=model.optimizer, jit_compile=jit_compile,
+                          steps_per_execution=steps_per_execution(config, strategy, step, steps_per_epoch))
         history = model.fit(dataset, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
                             initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,
+                            validation_steps=validation_steps,
                             verbose=0)
         best = None if early is None or not np.isfinite(early.best) else float(early.best)
         scores = history.history.get(config.eval_metric_name)

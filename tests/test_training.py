@@ -167,3 +167,32 @@ def test_xla_step_with_dense_embedding_gradients_equals_the_sparse_step(data, ob
     assert len(states["on"]) == len(states["off"])
     for compiled, eager in zip(states["on"], states["off"], strict=True):
         np.testing.assert_allclose(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_several_steps_per_execution_train_the_same_steps_and_weights(data, tmp_path):
+    """``train.steps_per_execution`` changes how many steps run per call into TensorFlow, not the steps: 6 per
+    epoch in executions of 4 and 2 end at the same weights and step as one at a time, and callbacks still fire at
+    the first step reaching their multiple."""
+    items, users, examples = data
+    states, steps = {}, {}
+    for per_call in (1, 4):
+        model = build_model(model_config(), items, users)
+        result = training.fit(model, examples, train_config(steps_per_execution=per_call, keep_checkpoints=10),
+                              checkpoint_dir=tmp_path / str(per_call))
+        states[per_call], steps[per_call] = [v.numpy() for v in training_state(model)], result.step
+        checkpoints = sorted(int(path.name.split("-")[1].split(".")[0]) for path in (tmp_path / str(per_call)).glob(
+            "ckpt-*.index"))
+        assert checkpoints == ([4, 8, 12, 16, 18] if per_call == 1 else [4, 10, 12, 16, 18])  # executions end at
+        # 4, 6 | 10, 12 | 16, 18 (4 steps, then the epoch's 2 left): a checkpoint where one crosses a multiple of 4
+    assert steps[1] == steps[4] == 18
+    for one, four in zip(states[1], states[4], strict=True):
+        np.testing.assert_allclose(one, four, rtol=1e-5, atol=1e-6)
+
+
+def test_steps_per_execution_divides_the_callback_periods_and_is_one_mid_epoch():
+    strategy = tf.distribute.get_strategy()
+    assert training.steps_per_execution(train_config(steps_per_execution=4), strategy, 0, 6) == 4
+    assert training.steps_per_execution(train_config(steps_per_execution=4, log_every_steps=6), strategy, 12, 6) == 2
+    assert training.steps_per_execution(train_config(steps_per_execution=8, checkpoint_every_steps=1), strategy, 0,
+                                        6) == 1
+    assert training.steps_per_execution(train_config(steps_per_execution=4), strategy, 4, 6) == 1  # resumed mid-epoch

@@ -151,6 +151,7 @@ RULES: dict[str, Rule] = {
     "train.checkpoint_every_steps": STEPS,
     "train.keep_checkpoints": integer(1, MAX_CHECKPOINTS),
     "train.log_every_steps": STEPS,
+    "train.steps_per_execution": integer(1, 1000),
     "train.eval_every_epochs": EPOCHS,
     "train.early_stopping_patience": integer(0, MAX_EPOCHS),
     "train.validation_fraction": number(0, 0.5, high_open=False),
