@@ -21,7 +21,7 @@ Every row reports ``distinct_history_rows_per_batch`` and ``distinct_label_rows_
 batches of ``batch_size`` examples: the rows each table's lazy step updates). Each (size, mode) trains in a fresh subprocess (peak
 RSS ``ru_maxrss`` is its own) with the recipe's batch size (1024) and ``--jit_compile`` (default "auto": XLA on):
 ``warmup`` steps (tracing, XLA), then ``timed`` steps timed by a ``training.ProgressLogger`` subclass
-(``bench_training._timed_logger``). With ``--repeats=n`` every size and mode runs n times, sizes interleaved (repeat
+(``common.timed_logger``). With ``--repeats=n`` every size and mode runs n times, sizes interleaved (repeat
 1: 4k, 200k, 1M; repeat 2: ...), so that the ratios are paired in time on a shared machine: rates are medians
 over the repeats, ratios medians of the per-repeat ratios.
 
@@ -128,8 +128,7 @@ def stateless_step(optimizer, gradient, rows, variable, lr):
 def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distribution: str = "uniform") -> dict:
     """Trains the recipe at ``items`` items in ``mode`` (``MODES``) in this process; rates and peak RSS."""
     import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
-    from benchmarks.bench_training import _timed_logger
-    from benchmarks.common import marked_step
+    from benchmarks.common import marked_step, timed_logger
     from retrieval import models, training
     from retrieval.optimizers import LazyAdam
 
@@ -143,8 +142,8 @@ def child(items: int, mode: str, smoke: bool, jit_compile: str = "auto", distrib
     train.jit_compile = jit_compile
     end = settings["warmup"] + settings["timed"]
     train.epochs = -(-end * train.batch_size // settings["examples"])
-    train.log_every_steps, train.checkpoint_every_steps = 1, 10 ** 9
-    logger = _timed_logger(end)
+    train.checkpoint_every_steps = 10 ** 9  # (log_every_steps stays the recipe's: it bounds steps_per_execution)
+    logger = timed_logger(end)
     stateless = mock.patch.object(LazyAdam, "_sparse_step", stateless_step)
     with mock.patch.object(training, "ProgressLogger", logger), stateless if mode == "floor" else nullcontext():
         training.fit(model, examples, train)

@@ -25,7 +25,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from unittest import mock
 
@@ -79,21 +78,14 @@ def child(side: str, work: Path, log: str, smoke: bool) -> dict:
     source = prepare.load_examples(paths, in_memory=side == "in_memory", max_history=config.model.max_history,
                                    shuffle_buffer=config.data.shuffle_buffer)
     window = settings["window"]
-    marks: dict[int, float] = {}
-
-    class Timed(training.ProgressLogger):
-        def on_train_batch_end(self, batch, logs=None):
-            super().on_train_batch_end(batch, logs)
-            marks[self.step] = time.perf_counter()
-            if self.step >= 2 * window:
-                self.model.stop_training = True
-
+    logger = common.timed_logger(2 * window)
     config.train.epochs = max(1, -(-2 * window * settings["batch_size"] // len(source)))
     model = build_model(config.model, items, users)
-    with mock.patch.object(training, "ProgressLogger", Timed):
+    with mock.patch.object(training, "ProgressLogger", logger):
         training.fit(model, source, config.train)
+    marks = logger.marks
     start, end = common.marked_step(marks, window), common.marked_step(marks, 2 * window)
-    seconds = marks[end] - marks[start]
+    seconds = marks[end][0] - marks[start][0]
     return {"side": side, "examples": len(source), "examples_per_s": (end - start) * settings["batch_size"] / seconds}
 
 

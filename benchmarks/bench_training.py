@@ -90,24 +90,6 @@ def _train_config(batch_size: int, window: int, epochs: int):
     return config
 
 
-def _timed_logger(stop_at: int):
-    """``training.ProgressLogger`` that also notes the wall clock and the process CPU time (all threads: the step,
-    the input pipeline) after every execution (``train.steps_per_execution`` steps), in the class attribute
-    ``marks`` (``{step: (wall, cpu)}``), and stops training after step ``stop_at``."""
-    from retrieval import training
-
-    class TimedLogger(training.ProgressLogger):
-        marks: dict[int, tuple[float, float]] = {}
-
-        def on_train_batch_end(self, batch, logs=None):
-            super().on_train_batch_end(batch, logs)
-            self.marks[self.step] = (time.perf_counter(), time.process_time())
-            if self.step >= stop_at:
-                self.model.stop_training = True
-
-    return TimedLogger
-
-
 def _rates(marks: dict, start: int, end: int, window: int, batch_size: int) -> dict[str, float]:
     """Examples per wall second and per CPU second between two marked steps (the first marks at or after them), and
     per wall second in the fastest of the ``window``-step parts of that span (``best_wall``)."""
@@ -152,7 +134,7 @@ def _ours(examples: dict, items: Vocabulary, users: Vocabulary, batch_size: int,
     config.user_tower.use_example_age = False
     model = models.build_model(config, items, users)
     windows, epochs = _windows(len(examples["label"]), batch_size, window, count)
-    logger = _timed_logger(windows["steady"][1])
+    logger = common.timed_logger(windows["steady"][1])
     with mock.patch.object(training, "ProgressLogger", logger):
         training.fit(model, examples, _train_config(batch_size, window, epochs))
     return _phases(logger.marks, windows, window, batch_size)
@@ -208,7 +190,7 @@ def _tfrs(examples: dict, items: Vocabulary, users: Vocabulary, batch_size: int,
                .shuffle(n, seed=config.seed).batch(batch_size).cache().prefetch(tf.data.AUTOTUNE))
     model = _tfrs_model(items.ids[2:])
     model.compile(optimizer=training.make_optimizer(config, config.epochs * math.ceil(n / batch_size)))
-    logger = _timed_logger(end)
+    logger = common.timed_logger(end)
     model.fit(dataset, epochs=config.epochs, callbacks=[training.StopAtStep(end), logger(window, batch_size, end)],
               verbose=0)
     return _phases(logger.marks, windows, window, batch_size)
