@@ -31,7 +31,8 @@ from typing import Optional
 
 import numpy as np
 import scipy.linalg
-import scipy.linalg.blas
+import scipy.linalg.lapack
+import scipy.sparse
 import tensorflow as tf
 
 from retrieval.evaluation import csr as csr_lib
@@ -40,8 +41,9 @@ from retrieval.settings import BASELINES
 
 NAMES = BASELINES
 EASE_LAMBDA = 500.0
-EASE_BLOCK_USERS = 4096
-# Default of eval.baseline_memory_mb: EASE^R up to about 20k items (the inversion takes about a minute on 2 cores).
+EASE_BLOCK = 4096  # Gram-matrix columns (and rows mirrored) per block: a [V, 4096] float32 temporary
+# Default of eval.baseline_memory_mb: EASE^R up to about 28k items (the Cholesky inverse takes about two minutes on 2
+# cores; 41k items: 8.3 GB).
 BASELINE_MEMORY_MB = 4096
 
 
@@ -115,50 +117,76 @@ class ItemKNN:
 
 
 class Ease:
-    """EASE^R scorer (see the module docstring); the Gram matrix is accumulated over dense blocks of users."""
+    """EASE^R scorer (see the module docstring).
+
+    Built for catalogues of tens of thousands of items on a small machine: one ``V x V`` float32 buffer goes from
+    Gram matrix to weights. The Gram matrix comes from the sparse incidence in blocks of ``block`` columns (upper triangle)
+    (work ``sum_u |train(u)|^2``, not the ``n_users V^2`` of dense user blocks: 10^14 flops at Gowalla's 41k
+    items), LAPACK's Cholesky factorises and inverts
+    it in place (``spotrf`` + ``spotri``: half the flops of an LU inverse and no second ``V x V`` copy; the matrix is
+    symmetric positive definite for lambda > 0), the upper triangle is mirrored in column blocks, and the weights
+    overwrite the inverse. Scoring multiplies the users' sparse rows by the weights (work ``|train(u)| V`` per user)."""
 
     def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA,
-                 block_users: int = EASE_BLOCK_USERS):
+                 block: int = EASE_BLOCK):
         if l2 <= 0:
             raise ValueError(f"EASE's lambda must be positive, got {l2}")
-        self.train, self.n_items = train, n_items
-        # One V x V float32 buffer from Gram matrix to weights (:data:`EASE_MATRICES`): BLAS accumulates each block's
-        # X^T X into it (Fortran order, so sgemm and LAPACK work in place), LAPACK inverts it in place (np.linalg.inv
-        # held about five more V x V matrices at its peak), and the weights overwrite the inverse.
-        gram = np.zeros((n_items, n_items), np.float32, order="F")
-        for start in range(0, train.n_rows, block_users):
-            block = self._dense(np.arange(start, min(start + block_users, train.n_rows)))
-            gram = scipy.linalg.blas.sgemm(1.0, block, block, beta=1.0, c=gram, trans_a=True, overwrite_c=True)
-        gram[np.diag_indices(n_items)] += l2
-        precision = scipy.linalg.inv(gram, overwrite_a=True, check_finite=False)
-        del gram
-        precision /= -np.diag(precision)[None, :]
-        precision[np.diag_indices(n_items)] = 0.0
-        self.weights = precision
-
-    def _dense(self, rows: np.ndarray) -> np.ndarray:
-        local, items = _expand(self.train, rows, np.arange(len(rows)))
-        block = np.zeros((len(rows), self.n_items), np.float32)
-        block[local, items] = 1.0
-        return block
+        self.incidence = _sparse(train, n_items)
+        by_item = self.incidence.T.tocsr()
+        precision = np.empty((n_items, n_items), np.float32, order="F")  # LAPACK reads the upper triangle only
+        for start in range(0, n_items, block):
+            stop = min(start + block, n_items)
+            precision[:stop, start:stop] = (by_item[:stop] @ by_item[start:stop].T).toarray()
+        precision[np.diag_indices(n_items)] += l2
+        factor, info = scipy.linalg.lapack.spotrf(precision, lower=False, overwrite_a=True, clean=False)
+        if info == 0:
+            factor, info = scipy.linalg.lapack.spotri(factor, lower=False, overwrite_c=True)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"EASE^R: X^T X + {l2:g} I is not positive definite (LAPACK info {info})")
+        precision = _mirror_upper(factor, block)
+        # B = I - P diag(1 / diag(P)): row i of B is column i of P (P symmetric), contiguous in Fortran order, so
+        # the C-ordered transpose holds B's rows as the sparse product reads them.
+        weights = precision.T
+        weights /= -np.diag(weights)[None, :]
+        weights[np.diag_indices(n_items)] = 0.0
+        self.weights = weights
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        return self._dense(np.asarray(rows, dtype=np.int64)) @ self.weights
+        return np.asarray(self.incidence[np.asarray(rows, dtype=np.int64)] @ self.weights, dtype=np.float32)
 
 
-def ease_memory_mb(n_users: int, n_items: int, block_users: int = EASE_BLOCK_USERS) -> float:
-    """Peak memory of fitting :class:`Ease` in MiB: the V x V float32 buffer (Gram matrix, inverse, weights) and
-    LAPACK's copy while inverting, plus a dense user block and its copy for BLAS. Measured: 283 MiB for 6,000 items
-    and 2,000 users (366 estimated), 65 MiB for 2,000 items (61 estimated: fixed costs dominate small catalogues)."""
-    return 4 * (2 * n_items * n_items + 2 * min(block_users, max(n_users, 1)) * n_items) / (1 << 20)
+def _sparse(train: csr_lib.Csr, n_items: int) -> scipy.sparse.csr_matrix:
+    """The binary user x item incidence of ``train`` as a SciPy float32 CSR matrix."""
+    return scipy.sparse.csr_matrix((np.ones(len(train.indices), np.float32), train.indices, train.indptr),
+                                   shape=(train.n_rows, n_items))
 
 
-def skip_reason(name: str, n_users: int, n_items: int, memory_budget_mb: float) -> Optional[str]:
+def _mirror_upper(matrix: np.ndarray, block: int) -> np.ndarray:
+    """Copies the upper triangle of square ``matrix`` onto its lower triangle in place, ``block`` rows at a time
+    (at most a ``block x V`` temporary)."""
+    n = matrix.shape[0]
+    for start in range(0, n, block):
+        stop = min(start + block, n)
+        matrix[start:stop, :start] = matrix[:start, start:stop].T
+        square = matrix[start:stop, start:stop]
+        lower = np.tril_indices(stop - start, -1)
+        square[lower] = square.T[lower]
+    return matrix
+
+
+def ease_memory_mb(n_items: int, block: int = EASE_BLOCK) -> float:
+    """Peak memory of fitting :class:`Ease` in MiB: the V x V float32 buffer (Gram matrix, inverse, weights) and one
+    block of ``block`` Gram-matrix columns, dense and, at worst, as a dense-filled sparse matrix (values and
+    indices). The sparse incidence is the evaluation's own training data."""
+    return 4 * (n_items * n_items + 3 * min(block, n_items) * n_items) / (1 << 20)
+
+
+def skip_reason(name: str, n_items: int, memory_budget_mb: float) -> Optional[str]:
     """Why baseline ``name`` does not fit ``memory_budget_mb`` for this catalogue (None: it fits). Only EASE^R's
     memory grows with the square of the catalogue; the other baselines stay within the evaluation's own."""
     if name != "ease":
         return None
-    needed = ease_memory_mb(n_users, n_items)
+    needed = ease_memory_mb(n_items)
     if needed <= memory_budget_mb:
         return None
     return (f"{n_items} items need about {needed:.0f} MB for the dense item x item matrix and its inverse, over "

@@ -150,7 +150,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
     }
     exclude = train if exclude_train else None
     systems = [("", "model", ranking.dot_scorer(user_vectors, item_vectors))]
-    skipped = {name: baselines_lib.skip_reason(name, n_users, n_items, baseline_memory_mb) for name in baselines}
+    skipped = {name: baselines_lib.skip_reason(name, n_items, baseline_memory_mb) for name in baselines}
     skipped = {name: reason for name, reason in skipped.items() if reason is not None}
     for name, reason in skipped.items():
         logging.warning("baseline %s skipped: %s", name, reason)

@@ -26,7 +26,7 @@ def _evaluate(data, **kwargs):
 
 
 def test_ease_over_the_budget_is_skipped_with_its_reason(data, caplog):
-    needed = baselines.ease_memory_mb(40, 25)
+    needed = baselines.ease_memory_mb(25)
     with caplog.at_level(logging.WARNING, logger="absl"):
         metrics = _evaluate(data, baseline_memory_mb=needed / 2)
     assert metrics["protocol/skipped_baselines"] == ["ease"]
@@ -38,7 +38,7 @@ def test_ease_over_the_budget_is_skipped_with_its_reason(data, caplog):
 
 
 def test_ease_within_the_budget_runs(data):
-    metrics = _evaluate(data, baseline_memory_mb=baselines.ease_memory_mb(40, 25))
+    metrics = _evaluate(data, baseline_memory_mb=baselines.ease_memory_mb(25))
     assert metrics["protocol/skipped_baselines"] == [] and "baseline/ease/recall@5" in metrics
 
 
