@@ -57,7 +57,8 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     # Baselines computed in the same run for the report: most_popular, random, item_knn, ease (EASE^R: skipped, with
     # the reason logged and recorded, when its dense item x item matrix does not fit eval.baseline_memory_mb).
     config.eval.baselines = ("most_popular", "random", "item_knn", "ease")
-    # Memory (MiB) a baseline may take: EASE^R needs about 8 * items^2 bytes (4096: up to about 20k items).
+    # Memory (MiB) a baseline may take: EASE^R needs about 4 * items * (items + 3 * 4096) bytes (4096: up to
+    # about 27k items).
     config.eval.baseline_memory_mb = 4096
     # EASE^R's L2 weight lambda (Steck 2019; 500 suits MovieLens-sized data).
     config.eval.ease_lambda = 500.0

@@ -42,7 +42,7 @@ from retrieval.settings import BASELINES
 NAMES = BASELINES
 EASE_LAMBDA = 500.0
 EASE_BLOCK = 4096  # Gram-matrix columns (and rows mirrored) per block: a [V, 4096] float32 temporary
-# Default of eval.baseline_memory_mb: EASE^R up to about 28k items (the Cholesky inverse takes about two minutes on 2
+# Default of eval.baseline_memory_mb: EASE^R up to about 27k items (the Cholesky inverse takes about two minutes on 2
 # cores; 41k items: 8.3 GB).
 BASELINE_MEMORY_MB = 4096
 
