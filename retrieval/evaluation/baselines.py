@@ -27,9 +27,14 @@ Scoring a user block then expands its (user, train item, neighbour) triples and 
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+import ctypes
+import glob
+import os
+from typing import Iterator, Optional
 
 import numpy as np
+import scipy
 import scipy.linalg
 import scipy.linalg.lapack
 import scipy.sparse
@@ -138,7 +143,8 @@ class Ease:
             stop = min(start + block, n_items)
             precision[:stop, start:stop] = (by_item[:stop] @ by_item[start:stop].T).toarray()
         precision[np.diag_indices(n_items)] += l2
-        factor, info = scipy.linalg.lapack.spotrf(precision, lower=False, overwrite_a=True, clean=False)
+        with _openblas_threads(1):
+            factor, info = scipy.linalg.lapack.spotrf(precision, lower=False, overwrite_a=True, clean=False)
         if info == 0:
             factor, info = scipy.linalg.lapack.spotri(factor, lower=False, overwrite_c=True)
         if info != 0:
@@ -159,6 +165,29 @@ def _sparse(train: csr_lib.Csr, n_items: int) -> scipy.sparse.csr_matrix:
     """The binary user x item incidence of ``train`` as a SciPy float32 CSR matrix."""
     return scipy.sparse.csr_matrix((np.ones(len(train.indices), np.float32), train.indices, train.indptr),
                                    shape=(train.n_rows, n_items))
+
+
+@contextlib.contextmanager
+def _openblas_threads(count: int) -> Iterator[None]:
+    """Runs the block with SciPy's bundled OpenBLAS on ``count`` threads (no-op where SciPy links another BLAS).
+
+    OpenBLAS's multithreaded Cholesky (``spotrf_U_parallel``) writes past its buffers on large orders: a segfault at
+    40,983 items on this 2-core box (SciPy 1.17's OpenBLAS and NumPy's 0.3.31 ILP64 build alike; reported as
+    OpenMathLib/OpenBLAS issues 352, 1413 and 2821), while its single-threaded one factorises the same matrix in
+    174 s. ``spotri`` after it stays multithreaded. Written by hand with ctypes: SciPy has no thread control and
+    ``threadpoolctl`` is not a dependency."""
+    library = next(iter(glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs",
+                                               "libscipy_openblas*.so*"))), None)
+    openblas = ctypes.CDLL(library) if library else None
+    if not (hasattr(openblas, "scipy_openblas_get_num_threads") and hasattr(openblas, "scipy_openblas_set_num_threads")):
+        yield
+        return
+    before = openblas.scipy_openblas_get_num_threads()
+    openblas.scipy_openblas_set_num_threads(count)
+    try:
+        yield
+    finally:
+        openblas.scipy_openblas_set_num_threads(before)
 
 
 def _mirror_upper(matrix: np.ndarray, block: int) -> np.ndarray:

@@ -1,10 +1,14 @@
 """Baselines: ItemKNN against a dense cosine reference, popularity and random through the shared ranking path."""
 
+import ctypes
+import glob
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import scipy
 
 from retrieval.evaluation import baselines, csr, ranking
 
@@ -71,6 +75,20 @@ def test_ease_matches_closed_form(incidence):
     ease = baselines.Ease(train, dense.shape[1], l2=l2, block=7)
     rows = np.array([3, 0, 59, 21])
     np.testing.assert_allclose(ease(rows), dense[rows] @ reference, rtol=1e-4, atol=1e-5)
+
+
+def test_openblas_threads_are_restored():
+    """EASE^R's Cholesky runs on one OpenBLAS thread (its multithreaded one crashes on large orders); the count the
+    process had comes back afterwards, also when the block raises."""
+    library = glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs", "libscipy_openblas*"))
+    if not library:
+        pytest.skip("SciPy does not bundle OpenBLAS here")
+    openblas = ctypes.CDLL(library[0])
+    before = openblas.scipy_openblas_get_num_threads()
+    with pytest.raises(RuntimeError), baselines._openblas_threads(1):
+        assert openblas.scipy_openblas_get_num_threads() == 1
+        raise RuntimeError
+    assert openblas.scipy_openblas_get_num_threads() == before
 
 
 def test_ease_memory_estimate_bounds_its_peak():
