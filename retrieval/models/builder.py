@@ -12,7 +12,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import config as config_lib
-from retrieval.models.layers import Initializers
+from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
@@ -102,8 +102,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                                feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
-                         tf.keras.layers.Embedding(item_vocab.size, c.user_tower.history_embedding_dim,
-                                                   embeddings_initializer=init.embedding(), name="history_emb"))
+                         EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
+                                        embeddings_initializer=init.embedding(), name="history_emb"))
     user_tower = UserTower(history_embedding, c.embedding_dim, init, hidden_units=tuple(c.user_tower.hidden_units),
                            pooling=c.user_tower.pooling, user_vocab_size=user_vocab.size,
                            user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,

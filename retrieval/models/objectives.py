@@ -33,7 +33,7 @@ import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed, losses
-from retrieval.models.layers import Initializers
+from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.sampling.frequency import FrequencyEstimator, mixture_log_q, static_log_q
 from retrieval.sampling.samplers import NUM_RESERVED_IDS, CandidateSampler
 
@@ -51,8 +51,8 @@ class OutputTable(tf.keras.layers.Layer):
         super().__init__(name=name)
         self.vocab_size = int(vocab_size)
         self.l2_normalize = bool(l2_normalize)
-        self.weights_table = tf.keras.layers.Embedding(vocab_size, dim, embeddings_initializer=init.embedding(),
-                                                       name="softmax_weights")
+        self.weights_table = EmbeddingTable(vocab_size, dim, embeddings_initializer=init.embedding(),
+                                            name="softmax_weights")
         self.bias_table = tf.keras.layers.Embedding(vocab_size, 1, embeddings_initializer="zeros",
                                                     name="softmax_bias")
 

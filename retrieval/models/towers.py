@@ -19,7 +19,15 @@ import numpy as np
 import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval.models.layers import MASK_BELOW, AttentionPooling, FeatureTables, Initializers, masked_mean, mlp
+from retrieval.models.layers import (
+    MASK_BELOW,
+    AttentionPooling,
+    EmbeddingTable,
+    FeatureTables,
+    Initializers,
+    masked_mean,
+    mlp,
+)
 
 
 class ItemTower(tf.keras.layers.Layer):
@@ -32,8 +40,8 @@ class ItemTower(tf.keras.layers.Layer):
         self.vocab_size = int(vocab_size)
         self.output_dim = int(output_dim)
         self.l2_normalize = bool(l2_normalize)
-        self.id_embedding = tf.keras.layers.Embedding(vocab_size, id_embedding_dim,
-                                                      embeddings_initializer=init.embedding(), name="item_id_emb")
+        self.id_embedding = EmbeddingTable(vocab_size, id_embedding_dim,
+                                           embeddings_initializer=init.embedding(), name="item_id_emb")
         self.features = (FeatureTables(features, vocab_size, feature_embedding_dim, init, name="item_features")
                          if features else None)
         needs_projection = bool(features) or bool(hidden_units) or id_embedding_dim != output_dim
@@ -73,8 +81,8 @@ class UserTower(tf.keras.layers.Layer):
         self.history_embedding = history_embedding
         self.attention = AttentionPooling(init) if pooling == "attention" else None
         self.user_id_embedding = (
-            tf.keras.layers.Embedding(user_vocab_size, user_id_embedding_dim, embeddings_initializer=init.embedding(),
-                                      name="user_id_emb") if user_id_embedding_dim > 0 else None)
+            EmbeddingTable(user_vocab_size, user_id_embedding_dim, embeddings_initializer=init.embedding(),
+                           name="user_id_emb") if user_id_embedding_dim > 0 else None)
         self.features = (FeatureTables(features, user_vocab_size, feature_embedding_dim, init, name="user_features")
                          if features else None)
         self.mlp = mlp(hidden_units, output_dim, init, name="user_mlp")
