@@ -35,6 +35,7 @@ class Initializers:
         return tf.keras.initializers.GlorotUniform(seed=next(self._seeds))
 
 
+@tf.keras.utils.register_keras_serializable(package="retrieval")
 class EmbeddingTable(tf.keras.layers.Embedding):
     """Keras ``Embedding`` whose large tables are initialised in place, block by block.
 
