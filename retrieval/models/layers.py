@@ -19,7 +19,7 @@ from retrieval.errors import InputError
 MASK_BELOW = 2  # indices 0 (padding) and 1 (out of vocabulary) never contribute
 POSITION_CHUNK = 10  # positions per partial sum in sum_over_positions (10 fused best at H = 50; 8 and 16 less well)
 IN_PLACE_MIN_BYTES = 1 << 30  # EmbeddingTable fills tables from this size in place, block by block
-IN_PLACE_BLOCK_BYTES = 1 << 26  # bytes per block of that fill
+IN_PLACE_BLOCK_BYTES = 1 << 25  # bytes per block of that fill
 
 
 class Initializers:
@@ -41,10 +41,10 @@ class EmbeddingTable(tf.keras.layers.Embedding):
 
     The stock ``RandomUniform`` draws the whole ``[V, d]`` table as one tensor and then scales and shifts it, each
     step a table-sized temporary: building a 10M x 128 item table (5.1 GB) ran out of memory on a 24 GiB machine
-    before training began. From :data:`IN_PLACE_MIN_BYTES` the variable starts at zero and slices of
-    :data:`IN_PLACE_BLOCK_BYTES` are assigned ``U(minval, maxval)`` draws of ``tf.random.stateless_uniform`` seeded by
-    (the initialiser's seed, the block's first row): the same values for the same seed, a different draw from the
-    stock initialiser's. Smaller tables, other initialisers and tables built under a distribution strategy (mirrored
+    before training began. From :data:`IN_PLACE_MIN_BYTES` the variable starts at zero and blocks of
+    :data:`IN_PLACE_BLOCK_BYTES` rows get ``U(minval, maxval)`` draws of ``tf.random.stateless_uniform`` seeded by
+    (the initialiser's seed, the block's first row), written by row scatters: the same values for the same seed, a
+    different draw from the stock initialiser's; the peak is the table and a few blocks. Smaller tables, other initialisers and tables built under a distribution strategy (mirrored
     or sharded variables) take Keras's path unchanged. Written here because neither Keras nor TensorFlow initialises
     a variable in place."""
 
@@ -61,8 +61,10 @@ class EmbeddingTable(tf.keras.layers.Embedding):
         with tf.init_scope():
             for start in range(0, self.input_dim, rows):
                 stop = min(start + rows, self.input_dim)
-                self.embeddings[start:stop].assign(tf.random.stateless_uniform(
-                    [stop - start, self.output_dim], [seed, start], init.minval, init.maxval, self.embeddings.dtype))
+                block = tf.random.stateless_uniform([stop - start, self.output_dim], [seed, start], init.minval,
+                                                    init.maxval, self.embeddings.dtype)
+                # A row scatter writes in place; a slice assignment copied the whole table first (measured).
+                self.embeddings.scatter_update(tf.IndexedSlices(block, tf.range(start, stop)))
         self.built = True
 
 

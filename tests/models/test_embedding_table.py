@@ -51,7 +51,7 @@ def test_under_a_strategy_the_stock_path_is_kept(in_place):
 
 def test_in_place_fill_needs_less_memory_than_the_stock_initialiser():
     """Peak RSS rise of building a 256 MiB table in a fresh process: the stock RandomUniform holds about three
-    table-sized tensors at once, the in-place fill about two (the zeros it starts from, copied into the variable)."""
+    table-sized tensors at once, the in-place fill the table and a few 32 MiB blocks."""
     script = ("import sys; import retrieval; from retrieval.models import layers; from retrieval.memory import "
               "peak_rss_mb; layers.IN_PLACE_MIN_BYTES = int(sys.argv[1]); before = peak_rss_mb(); "
               "t = layers.EmbeddingTable(1 << 19, 128, embeddings_initializer=layers.Initializers(0).embedding()); "
@@ -59,4 +59,4 @@ def test_in_place_fill_needs_less_memory_than_the_stock_initialiser():
     rise = {name: float(subprocess.run([sys.executable, "-c", script, str(threshold)], capture_output=True, text=True,
                                        check=True).stdout.split()[-1])
             for name, threshold in (("in_place", 0), ("stock", 1 << 62))}
-    assert rise["in_place"] < 2.4 * 256 < rise["stock"]
+    assert rise["in_place"] < 1.6 * 256 and 2.4 * 256 < rise["stock"]
