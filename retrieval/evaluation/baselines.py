@@ -122,15 +122,15 @@ class ItemKNN:
 
 
 class Ease:
-    """EASE^R scorer (see the module docstring).
+    """EASE^R scorer (see the module docstring), built for tens of thousands of items on a small machine.
 
-    Built for catalogues of tens of thousands of items on a small machine: one ``V x V`` float32 buffer goes from
-    Gram matrix to weights. The Gram matrix comes from the sparse incidence in blocks of ``block`` columns (upper triangle)
-    (work ``sum_u |train(u)|^2``, not the ``n_users V^2`` of dense user blocks: 10^14 flops at Gowalla's 41k
-    items), LAPACK's Cholesky factorises and inverts
-    it in place (``spotrf`` + ``spotri``: half the flops of an LU inverse and no second ``V x V`` copy; the matrix is
-    symmetric positive definite for lambda > 0), the upper triangle is mirrored in column blocks, and the weights
-    overwrite the inverse. Scoring multiplies the users' sparse rows by the weights (work ``|train(u)| V`` per user)."""
+    One ``V x V`` float32 buffer goes from Gram matrix to weights:
+    - the Gram matrix's upper triangle comes from the sparse incidence, ``block`` columns at a time (work
+      ``sum_u |train(u)|^2``, where dense user blocks cost ``n_users V^2``: 10^14 flops at Gowalla's 41k items);
+    - LAPACK's Cholesky factorises and inverts it in place (``spotrf`` + ``spotri``: the matrix is symmetric positive
+      definite for lambda > 0; half the flops of an LU inverse and no second ``V x V`` copy);
+    - the upper triangle of the inverse is mirrored ``block`` rows at a time, and the weights overwrite it.
+    Scoring multiplies the users' sparse rows by the weights (work ``|train(u)| V`` per user)."""
 
     def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA,
                  block: int = EASE_BLOCK):
@@ -179,7 +179,8 @@ def _openblas_threads(count: int) -> Iterator[None]:
     library = next(iter(glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs",
                                                "libscipy_openblas*.so*"))), None)
     openblas = ctypes.CDLL(library) if library else None
-    if not (hasattr(openblas, "scipy_openblas_get_num_threads") and hasattr(openblas, "scipy_openblas_set_num_threads")):
+    names = ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads")
+    if not all(hasattr(openblas, name) for name in names):
         yield
         return
     before = openblas.scipy_openblas_get_num_threads()

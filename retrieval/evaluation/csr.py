@@ -1,7 +1,8 @@
 """Compressed sparse rows for per-user item sets (training items to exclude, relevant test items).
 
-SciPy is not a dependency, so the few operations evaluation needs are written here with NumPy: build from pairs,
-take rows, expand to pairs, and a vectorized membership test of a [B, K] matrix of item indices against the rows.
+The few operations evaluation needs are written here with NumPy: build from pairs, take rows, expand to pairs, and
+a vectorized membership test of a [B, K] matrix of item indices against the rows, which SciPy's sparse matrices do
+not offer (EASE^R converts to one for its matrix products: ``baselines.Ease``).
 Rows hold sorted, unique column indices; membership encodes each (row, column) pair as one int64 key
 ``row * width + column`` and uses binary search over the sorted keys, so it costs O(B K log nnz) with no Python loop.
 """

@@ -41,12 +41,12 @@ class EmbeddingTable(tf.keras.layers.Embedding):
 
     The stock ``RandomUniform`` draws the whole ``[V, d]`` table as one tensor and then scales and shifts it, each
     step a table-sized temporary: building a 10M x 128 item table (5.1 GB) ran out of memory on a 24 GiB machine
-    before training began. From :data:`IN_PLACE_MIN_BYTES` the variable starts at zero and blocks of
-    :data:`IN_PLACE_BLOCK_BYTES` rows get ``U(minval, maxval)`` draws of ``tf.random.stateless_uniform`` seeded by
-    (the initialiser's seed, the block's first row), written by row scatters: the same values for the same seed, a
-    different draw from the stock initialiser's; the peak is the table and a few blocks. Smaller tables, other initialisers and tables built under a distribution strategy (mirrored
-    or sharded variables) take Keras's path unchanged. Written here because neither Keras nor TensorFlow initialises
-    a variable in place."""
+    before training began. From :data:`IN_PLACE_MIN_BYTES` the variable starts at zero, and blocks of
+    :data:`IN_PLACE_BLOCK_BYTES` get ``U(minval, maxval)`` draws of ``tf.random.stateless_uniform`` seeded by (the
+    initialiser's seed, the block's first row), written by row scatters. The same seed gives the same table (a
+    different draw from the stock initialiser's), and the peak is the table and a few blocks. Smaller tables, other
+    initialisers and tables built under a distribution strategy (mirrored or sharded variables) take Keras's path
+    unchanged. Written here because neither Keras nor TensorFlow initialises a variable in place."""
 
     def build(self, input_shape=None):
         init = self.embeddings_initializer
