@@ -167,6 +167,15 @@ def _sparse(train: csr_lib.Csr, n_items: int) -> scipy.sparse.csr_matrix:
                                    shape=(train.n_rows, n_items))
 
 
+def bundled_openblas() -> Optional[ctypes.CDLL]:
+    """SciPy's bundled OpenBLAS with its thread-count functions, or None where SciPy links another BLAS."""
+    library = next(iter(glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs",
+                                               "libscipy_openblas*.so*"))), None)
+    openblas = ctypes.CDLL(library) if library else None
+    names = ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads")
+    return openblas if all(hasattr(openblas, name) for name in names) else None
+
+
 @contextlib.contextmanager
 def _openblas_threads(count: int) -> Iterator[None]:
     """Runs the block with SciPy's bundled OpenBLAS on ``count`` threads (no-op where SciPy links another BLAS).
@@ -176,11 +185,8 @@ def _openblas_threads(count: int) -> Iterator[None]:
     OpenMathLib/OpenBLAS issues 352, 1413 and 2821), while its single-threaded one factorises the same matrix in
     174 s. ``spotri`` after it stays multithreaded. Written by hand with ctypes: SciPy has no thread control and
     ``threadpoolctl`` is not a dependency."""
-    library = next(iter(glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs",
-                                               "libscipy_openblas*.so*"))), None)
-    openblas = ctypes.CDLL(library) if library else None
-    names = ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads")
-    if not all(hasattr(openblas, name) for name in names):
+    openblas = bundled_openblas()
+    if openblas is None:
         yield
         return
     before = openblas.scipy_openblas_get_num_threads()

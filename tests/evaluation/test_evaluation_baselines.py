@@ -1,14 +1,10 @@
 """Baselines: ItemKNN against a dense cosine reference, popularity and random through the shared ranking path."""
 
-import ctypes
-import glob
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-import scipy
 
 from retrieval.evaluation import baselines, csr, ranking
 
@@ -80,10 +76,9 @@ def test_ease_matches_closed_form(incidence):
 def test_openblas_threads_are_restored():
     """EASE^R's Cholesky runs on one OpenBLAS thread (its multithreaded one crashes on large orders); the count the
     process had comes back afterwards, also when the block raises."""
-    library = glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs", "libscipy_openblas*"))
-    if not library:
+    openblas = baselines.bundled_openblas()
+    if openblas is None:
         pytest.skip("SciPy does not bundle OpenBLAS here")
-    openblas = ctypes.CDLL(library[0])
     before = openblas.scipy_openblas_get_num_threads()
     with pytest.raises(RuntimeError), baselines._openblas_threads(1):
         assert openblas.scipy_openblas_get_num_threads() == 1
