@@ -343,8 +343,9 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
             callbacks.append(CheckpointEvery(manager, config.checkpoint_every_steps))  # last: saves restored weights
         validation, validation_steps = None, None
         if validation_examples is not None:  # (steps_per_execution > 1 needs the validation steps stated)
-            validation = examples_lib.to_dataset(validation_examples, config.batch_size, shuffle=False)
-            validation_steps = math.ceil(len(examples_lib.as_source(validation_examples)) / config.batch_size)
+            validation_source = examples_lib.as_source(validation_examples)
+            validation = validation_source.to_dataset(config.batch_size, shuffle=False)
+            validation_steps = math.ceil(len(validation_source) / config.batch_size)
         with strategy.scope():  # the same optimizer (restored), now with the steps per call the resumed step allows
             model.compile(optimizer=model.optimizer, jit_compile=jit_compile,
                           steps_per_execution=steps_per_execution(config, strategy, step, steps_per_epoch))
