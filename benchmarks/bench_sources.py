@@ -13,8 +13,8 @@ model, vocabularies and batch on both sides) then trains from:
 Each side runs in a fresh subprocess per repeat, alternating which goes first; ``training.fit`` runs ``2 * window``
 steps and the rate is taken over the second ``window`` (after warm-up and tracing) from the wall clock at the
 ``ProgressLogger``'s log steps (every ``window`` steps: a multiple of the recipe's ``train.steps_per_execution``, 4,
-which the logging period bounds, so both sides run as shipped). Row ``streamed`` carries ``ratio_vs_in_memory``: the median (min-max) of the paired
-per-repeat ratio; the target is >= 0.8 on the median (issue 24).
+which the logging period bounds, so both sides run as shipped). Row ``streamed`` carries ``ratio_vs_in_memory``: the
+median (min-max) of the paired per-repeat ratio; the target is >= 0.8 on the median (issue 24).
 
     python -m benchmarks.bench_sources [--smoke]
 """
