@@ -37,6 +37,8 @@ class RunPaths:
     manifest = property(lambda self: self.root / "manifest.json")
     item_vocab = property(lambda self: self.root / "vocab" / "items.parquet")
     user_vocab = property(lambda self: self.root / "vocab" / "users.parquet")
+    item_features = property(lambda self: self.root / "vocab" / "item_features.json")  # the item feature specs
+    item_tower = property(lambda self: self.root / "item_tower")
     train_data = property(lambda self: self.root / "data" / "train.parquet")
     validation_data = property(lambda self: self.root / "data" / "validation.parquet")
     test_data = property(lambda self: self.root / "data" / "test.parquet")

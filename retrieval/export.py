@@ -4,8 +4,14 @@
   ``{"embedding": float32 [B, d]}``. Original ids go in: the vocabularies are ``StaticHashTable``s inside the model
   (unknown ids -> index 1, "" padding -> index 1, both masked), so TF Serving or a fresh process needs nothing else.
   Two-tower and Item2Vec runs export this same signature (Item2Vec: the mean of the history's item vectors).
-* ``<run>/item_embeddings.parquet``: ``item_id`` (string), ``embedding`` (list<float32>), one row per known item in
-  vocabulary order (indices 2..V-1).
+* ``<run>/item_embeddings.parquet``: ``item_id`` (string), ``embedding`` (list<float32>) and ``warm`` (bool: the
+  item had training interactions), one row per catalogue item in vocabulary order (indices 2..V-1): with an item
+  feature table, items nobody clicked are rows too (``retrieval.data.catalogue``).
+* ``<run>/item_tower/`` (two-tower runs with item features): a SavedModel whose ``serving_default(item_id: string
+  [N], feature_0 .. feature_{F-1})`` returns ``{"embedding": float32 [N, d]}`` from ids and coded feature values
+  (``feature_names`` gives the order; the codes are those of ``vocab/item_features.json``). Ids that had training
+  interactions read their id row, any other id the unknown-id row: a catalogue refresh embeds new items with it,
+  without retraining (``retrieval.catalogue_refresh``).
 * Item2Vec runs also write their item vectors in word2vec's formats (``<run>/item_vectors.w2v.txt`` and
   ``.w2v.bin``, the files of word2vec's ``-binary 0`` and ``-binary 1``), which gensim's
   ``KeyedVectors.load_word2vec_format`` and other word2vec tools read.
@@ -80,6 +86,41 @@ class _UserEncoderModule(tf.Module):
         return {"embedding": tf.cast(self._encode(users, items), tf.float32)}
 
 
+class _ItemEncoderModule(tf.Module):
+    """The exported item encoder: ``item_id`` -> id row (warm ids their index, anything else OOV), coded features ->
+    ``ItemTower.encode``. ``variables`` lists every variable the tower reads, so that saving tracks them."""
+
+    def __init__(self, tower, warm_ids: np.ndarray, warm_indices: np.ndarray, variables: Sequence[tf.Variable]):
+        super().__init__(name="item_encoder")
+        initializer = tf.lookup.KeyValueTensorInitializer(tf.constant(np.asarray(warm_ids, dtype=str), tf.string),
+                                                          tf.constant(warm_indices, tf.int64))
+        self.id_table = tf.lookup.StaticHashTable(initializer, default_value=OOV_INDEX)
+        self.encoder_variables = list(variables)
+        self._tower = tower
+        self.feature_names = tf.Variable(tower.features.names, trainable=False, name="feature_names")
+
+    def embed(self, item_id: tf.Tensor, **coded: tf.Tensor) -> dict:
+        rows = tf.cast(self.id_table.lookup(item_id), tf.int32)
+        names = self._tower.features.names
+        values = {name: coded[f"feature_{i}"] for i, name in enumerate(names)}
+        return {"embedding": tf.cast(self._tower.encode(rows, self._tower.features.encode(values, 1)), tf.float32)}
+
+
+def export_item_tower(model: TwoTowerModel, item_vocab: Vocabulary, path: PathLike) -> None:
+    """Saves the item tower of a model with item features as the ``serving_default`` SavedModel at ``path``
+    (atomically; see the module docstring)."""
+    tower = model.item_tower
+    warm = np.flatnonzero(item_vocab.warm)
+    specs = {"item_id": tf.TensorSpec([None], tf.string, name="item_id")}
+    for i, (shape, dtype) in enumerate(tower.features.value_shapes().values()):
+        specs[f"feature_{i}"] = tf.TensorSpec([None, *([None] * len(shape))], dtype, name=f"feature_{i}")
+    with parameter_server.unsharded(tower) as variables:
+        module = _ItemEncoderModule(tower, item_vocab.ids[warm], warm, variables)
+        serve = tf.function(module.embed).get_concrete_function(**specs)
+        with atomic_path(path) as tmp:
+            tf.saved_model.save(module, str(tmp), signatures={SIGNATURE: serve})
+
+
 def _save_encoder(module: _UserEncoderModule, path: PathLike) -> None:
     with atomic_path(path) as tmp:
         tf.saved_model.save(module, str(tmp), signatures={SIGNATURE: module.serve})
@@ -113,15 +154,18 @@ def export_mean_pooling_encoder(item_ids: Sequence[str], vectors: np.ndarray, pa
     _save_encoder(module, path)
 
 
-def write_item_embeddings(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray) -> None:
-    """Writes ``item_id`` (string) and ``embedding`` (list<float32>) rows to a Parquet file, atomically."""
+def write_item_embeddings(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray,
+                          warm: Optional[np.ndarray] = None) -> None:
+    """Writes ``item_id`` (string), ``embedding`` (list<float32>) and ``warm`` (bool; default all true) rows to a
+    Parquet file, atomically."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or len(item_ids) != len(vectors):
         raise InputError(f"need one vector per item id, got {len(item_ids)} ids and vectors of shape {vectors.shape}")
+    warm = np.ones(len(vectors), bool) if warm is None else np.asarray(warm, bool)
     offsets = pa.array(np.arange(len(vectors) + 1, dtype=np.int32) * vectors.shape[1])
     embedding = pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1), pa.float32()))
     table = pa.table({"item_id": pa.array(np.asarray(item_ids, dtype=object).astype(str), pa.string()),
-                      "embedding": embedding})
+                      "embedding": embedding, "warm": pa.array(warm, pa.bool_())})
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
 
@@ -141,14 +185,25 @@ def read_item_embeddings(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
     return table.column("item_id").to_numpy(zero_copy_only=False).astype(object), vectors
 
 
+def read_warm(path: PathLike) -> np.ndarray:
+    """[N] bool ``warm`` column of an item embeddings file (all true for files written before it existed)."""
+    schema = pq.read_schema(path)
+    if "warm" not in schema.names:
+        return np.ones(pq.ParquetFile(path).metadata.num_rows, bool)
+    return pq.read_table(path, columns=["warm"]).column("warm").to_numpy(zero_copy_only=False).astype(bool)
+
+
 def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: Vocabulary,
                      run_dir: Union[PathLike, RunPaths]) -> dict:
-    """Writes ``user_tower/`` and ``item_embeddings.parquet`` of a run; returns the manifest fields they imply
-    (``metric``, ``max_history``, ``inference_part_size``, ``dimension``)."""
+    """Writes ``user_tower/``, ``item_embeddings.parquet`` and, with item features, ``item_tower/`` of a run; returns
+    the manifest fields they imply (``metric``, ``max_history``, ``inference_part_size``, ``dimension``)."""
     paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
     export_user_tower(model, item_vocab, user_vocab, paths.user_tower)
     vectors = model.catalogue_vectors()
-    write_item_embeddings(paths.item_embeddings, item_vocab.ids[NUM_RESERVED:], vectors)
+    write_item_embeddings(paths.item_embeddings, item_vocab.ids[NUM_RESERVED:], vectors,
+                          item_vocab.warm[NUM_RESERVED:])
+    if model.item_tower is not None and model.item_tower.features is not None:
+        export_item_tower(model, item_vocab, paths.item_tower)
     return {"metric": model.metric, "max_history": model.max_history, "inference_part_size": model.inference_part_size,
             "dimension": int(vectors.shape[1])}
 
@@ -286,7 +341,7 @@ def load_user_encoder(path: PathLike, batch_size: int = 4096) -> UserEncoder:
     return UserEncoder(loaded, batch_size)
 
 
-__all__ = ["SIGNATURE", "UserEncoder", "export_item2vec", "export_mean_pooling_encoder", "export_two_tower",
-           "export_user_tower", "load_user_encoder", "read_item_embeddings", "tf_serving_dir", "write_item_embeddings",
+__all__ = ["SIGNATURE", "UserEncoder", "export_item2vec", "export_item_tower", "export_mean_pooling_encoder",
+           "export_two_tower", "export_user_tower", "read_warm", "load_user_encoder", "read_item_embeddings", "tf_serving_dir", "write_item_embeddings",
            "write_word2vec"]
 

@@ -33,8 +33,18 @@ def default_data_config() -> ml_collections.ConfigDict:
     # Optional item feature table (csv/tsv/parquet) keyed by item_column; empty: ID-only item tower.
     config.item_features_path = ""
     # Item feature columns to use and their kinds: "name:categorical", "name:multi" (`|`-separated values) or
-    # "name:numeric", comma separated, e.g. "genres:multi,price:numeric".
+    # "name:numeric" or "name:text" (free text such as titles: lower-cased word tokens, mean-pooled), comma
+    # separated, e.g. "genres:multi,price:numeric,title:text".
     config.item_features = ""
+    # What can be served (retrieval/data/catalogue.py): "item_features" (the item feature table's rows, items without
+    # training interactions included, embedded from their features; items with interactions but no row keep working
+    # with missing features) or "interactions" (only items seen in training). Without an item feature table the
+    # catalogue is the training items either way.
+    config.catalogue = "item_features"
+    # Cold-start measurement: a seeded share of the items (by a hash of the id) loses all its training interactions
+    # to the test part; evaluation reports those test pairs apart (cold_items/...). Needs an item feature table and
+    # catalogue "item_features". 0: off.
+    config.cold_item_fraction = 0.0
     # Optional user feature table keyed by user_column, and its columns (same syntax as item_features).
     config.user_features_path = ""
     config.user_features = ""

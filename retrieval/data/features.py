@@ -8,26 +8,37 @@ describes vocabulary index ``i``. Rows 0 and 1 (padding, OOV) and ids without a 
 - ``multi`` (``|``-separated, e.g. genres) -> int32 [V, M]; codes as above, 0-padded, M = ``max_values`` (at most
   :data:`MAX_VALUES` unless asked: one pathological row must not size a [V, M] array for every item).
 - ``numeric`` -> float32 [V]; standardized ``(x - mean) / std`` (mean and std over the table), missing -> 0.
+- ``text`` (titles, descriptions) -> int32 [V, M] like ``multi``, over lower-cased word tokens: the vocabulary keeps
+  the :data:`MAX_TEXT_VOCABULARY` most frequent tokens that occur in at least two rows (a token of one row teaches
+  the other rows nothing), a row keeps its first :data:`MAX_TEXT_TOKENS` known tokens, and the tower mean-pools
+  their embeddings (a bag of words). A cell longer than :data:`MAX_TEXT_CHARS` characters is refused by the reader.
 
 A :class:`FeatureSpec` records each feature's kind and vocabulary or statistics, so a model can size its embedding
-tables (``len(vocabulary) + 1`` rows) and a run can store the specs (``to_dict``) beside its vocabularies.
+tables (``len(vocabulary) + 1`` rows), and a run stores the item specs (:func:`save_specs`): a catalogue refresh
+encodes a new table with exactly the codes the model was trained with (:func:`load_specs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 from absl import logging
 
+from retrieval import artifacts
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 
-KINDS = ("categorical", "multi", "numeric")
+KINDS = ("categorical", "multi", "numeric", "text")
 SEPARATOR = "|"
 MAX_VALUES = 64  # default cap of M; genres, tags and categories of real catalogues stay well under it
+MAX_TEXT_TOKENS = 32  # tokens a text cell keeps (a title, the start of a description)
+MAX_TEXT_VOCABULARY = 50_000  # most frequent tokens kept: the embedding table is this x feature_embedding_dim
+MAX_TEXT_CHARS = 10_000  # a longer cell is refused (a whole document or a misread file, not a title)
+TOKEN_PATTERN = r"[^\W_]+"  # runs of letters and digits (Unicode): "Toy Story (1995)" -> toy, story, 1995
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +70,36 @@ class FeatureSpec:
         return cls(**{**data, "vocabulary": tuple(data.get("vocabulary", ()))})
 
 
+def parse_kinds(declared: str, field: str) -> dict[str, str]:
+    """Parses a ``"name:kind,name:kind"`` declaration (``data.item_features``) into ``{name: kind}``."""
+    kinds = {}
+    for part in filter(None, (p.strip() for p in declared.split(","))):
+        name, _, kind = part.partition(":")
+        if kind not in KINDS:
+            raise InputError(f"feature {part!r} must be name:kind with kind among {list(KINDS)}", field=field)
+        kinds[name] = kind
+    return kinds
+
+
 def _values(column: pd.Series, kind: str) -> pd.Series:
-    """Non-missing string values of a categorical (one per row) or multi (exploded) column, indexed by row."""
+    """Non-missing string values of a categorical (one per row), multi (exploded) or text (exploded lower-cased
+    tokens) column, indexed by row."""
     text = column.dropna().astype(str)
     if kind == "multi":
         text = text.str.split(SEPARATOR).explode().str.strip()
+    elif kind == "text":
+        text = text.str.lower().str.findall(TOKEN_PATTERN).explode().dropna().astype(str)
     return text[text.str.len() > 0]
+
+
+def _text_vocabulary(values: pd.Series) -> pd.Series:
+    """Token counts (in rows) of a text column, kept to tokens of at least two rows, at most
+    :data:`MAX_TEXT_VOCABULARY` of them (most frequent first)."""
+    pairs = pd.DataFrame({"token": values.to_numpy(dtype=object), "row": values.index.to_numpy()})
+    rows = pairs.drop_duplicates()["token"].value_counts()
+    rows = rows[rows >= 2]
+    order = np.lexsort((rows.index.to_numpy(dtype=str), -rows.to_numpy()))
+    return rows.iloc[order[:MAX_TEXT_VOCABULARY]]
 
 
 def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str, str]] = None,
@@ -72,9 +107,9 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
     """Describes every non-id column of a feature table.
 
     The kind is ``kinds[column]`` when given, else ``numeric`` for numeric dtypes, ``multi`` for text containing
-    ``|`` and ``categorical`` otherwise. Vocabularies are ordered by decreasing frequency, then value; ``max_values``
-    caps M of multi features (default: the longest row, at most :data:`MAX_VALUES`; longer rows keep their first
-    values, logged).
+    ``|`` and ``categorical`` otherwise (``text`` is never guessed: declare it). Vocabularies are ordered by
+    decreasing frequency, then value; ``max_values`` caps M of multi features (default: the longest row, at most
+    :data:`MAX_VALUES`; longer rows keep their first values, logged); text features keep :data:`MAX_TEXT_TOKENS`.
     """
     kinds = dict(kinds or {})
     specs = []
@@ -97,6 +132,13 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
             specs.append(FeatureSpec(name, kind, mean=float(np.nanmean(values)), std=std if std > 0 else 1.0))
             continue
         values = _values(column, kind)
+        if kind == "text":
+            vocabulary = _text_vocabulary(values)
+            known = values[values.isin(vocabulary.index)]
+            longest = int(known.groupby(level=0).size().max()) if len(known) else 1
+            specs.append(FeatureSpec(name, kind, tuple(vocabulary.index.astype(str).tolist()),
+                                     max_values=min(longest, max_values or MAX_TEXT_TOKENS)))
+            continue
         counts = values.value_counts()
         order = np.lexsort((counts.index.to_numpy(dtype=str), -counts.to_numpy()))
         longest = int(values.groupby(level=0).size().max()) if len(values) else 1
@@ -128,6 +170,8 @@ def feature_arrays(table: pd.DataFrame, id_column: str, vocabulary: Vocabulary,
         else:
             values = _values(column, spec.kind)
             codes = pd.Categorical(values.to_numpy(), categories=list(spec.vocabulary)).codes.astype(np.int32) + 1
+            if spec.kind == "text":  # unknown tokens take no slot: a row keeps its first max_values known tokens
+                values, codes = values[codes > 0], codes[codes > 0]
             owner = rows[values.index.to_numpy()]
             slot = values.groupby(level=0).cumcount().to_numpy()
             keep = (owner >= 2) & (slot < spec.max_values)
@@ -139,3 +183,14 @@ def feature_arrays(table: pd.DataFrame, id_column: str, vocabulary: Vocabulary,
                 array[owner[keep], slot[keep]] = codes[keep]
         out[spec.name] = array
     return out
+
+
+def save_specs(path: str | os.PathLike, id_column: str, specs: Sequence[FeatureSpec]) -> None:
+    """Writes a run's item feature specs (``vocab/item_features.json``), atomically."""
+    artifacts.write_json(path, {"id_column": id_column, "specs": [spec.to_dict() for spec in specs]})
+
+
+def load_specs(path: str | os.PathLike) -> tuple[str, list[FeatureSpec]]:
+    """``(id column, specs)`` written by :func:`save_specs`."""
+    saved = artifacts.read_json(path)
+    return saved["id_column"], [FeatureSpec.from_dict(spec) for spec in saved["specs"]]

@@ -39,7 +39,9 @@ import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts
+from retrieval.data import catalogue as catalogue_lib
 from retrieval.data import examples as examples_lib
+from retrieval.data import features as features_lib
 from retrieval.data import order as order_lib
 from retrieval.data import readers, seeds, set_examples, shards, splits
 from retrieval.data.engine import Engine
@@ -87,6 +89,10 @@ class Settings:
     tuning_fraction: float = 0.0  # > 0: hold out a validation part of the training data (see :func:`_tuning_split`)
     order: str = "time"
     has_time: bool = True
+    item_features_path: str = ""  # data.item_features_path: its specs are saved; with catalogue_from_table, its ids
+    item_features: str = ""  # data.item_features (the declared columns and kinds)
+    catalogue_from_table: bool = False  # data.catalogue == "item_features" and a table is given
+    cold_item_fraction: float = 0.0  # data.cold_item_fraction (catalogue.cold_holdout)
 
     @classmethod
     def from_config(cls, config: ml_collections.ConfigDict, run_dir: str | Path,
@@ -112,7 +118,10 @@ class Settings:
                    int(d.min_item_count), int(config.seed), int(model.max_history) if model else 50,
                    bool(model and model.get("user_tower") and model.user_tower.use_example_age),
                    d.get("max_examples_per_user", 0) or None, examples,
-                   tuning_fraction(config) if examples != "none" else 0.0)
+                   tuning_fraction(config) if examples != "none" else 0.0,
+                   item_features_path=str(d.item_features_path), item_features=str(d.item_features),
+                   catalogue_from_table=bool(d.item_features_path) and d.catalogue == "item_features" and examples != "none",
+                   cold_item_fraction=float(d.cold_item_fraction))
 
     @property
     def train_path(self) -> str:
@@ -150,6 +159,7 @@ class Prepared:
     order: dict
     examples: dict  # kind, count, shards, streamed
     tuning: Optional[dict] = None  # the automatic validation holdout (train.validation_fraction), when made
+    catalogue: Optional[dict] = None  # items, warm, cold and where the catalogue came from
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -265,7 +275,8 @@ def _split(settings: Settings, frame: pd.DataFrame, cutoff: Optional[int]) -> sp
 def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) -> dict:
     """Task 2: splits the partition's users, writes the parts; returns training counts, the time span and the parts'
     sizes."""
-    split = _split(settings, _read_partition(settings, shard), cutoff)
+    split = catalogue_lib.cold_holdout(_split(settings, _read_partition(settings, shard), cutoff),
+                                       settings.cold_item_fraction, settings.seed)
     parts = {name: getattr(split, name) for name in PARTS}
     if settings.tuning_fraction > 0:
         parts.update(zip(TUNING_PARTS, _tuning_split(settings, split.train), strict=True))
@@ -446,6 +457,7 @@ def run(settings: Settings, engine: Engine, order_request: str,
     user_vocab = Vocabulary.from_counts(pd.concat([s["users"] for s in stats]), 1)
     _check_split(settings, {name: sum(s["rows"].get(name, 0) for s in stats) for name in PARTS},
                  item_vocab.size - NUM_RESERVED)
+    item_vocab, catalogue = _catalogue(settings, item_vocab)
     if warm_start is not None:
         item_vocab = item_vocab.stable_against(Vocabulary.load(warm_start.item_vocab))
         user_vocab = user_vocab.stable_against(Vocabulary.load(warm_start.user_vocab))
@@ -482,7 +494,28 @@ def run(settings: Settings, engine: Engine, order_request: str,
     return Prepared(counts["train"], counts["test"], counts["validation"] or 0, user_vocab.size - NUM_RESERVED,
                     item_vocab.size - NUM_RESERVED, {k: v for k, v in dropped.items() if v}, decision.as_dict(),
                     {"kind": kind, "count": num_examples, "shards": settings.num_shards,
-                     "streamed": settings.num_shards > 1}, holdout)
+                     "streamed": settings.num_shards > 1}, holdout, catalogue)
+
+
+def _catalogue(settings: Settings, item_vocab: Vocabulary) -> tuple[Vocabulary, dict]:
+    """The item vocabulary of the catalogue (``retrieval.data.catalogue``) and its counts; saves the item feature
+    specs (``vocab/item_features.json``) that training and a catalogue refresh code the table with."""
+    warm = item_vocab.size - NUM_RESERVED
+    source = "interactions"
+    if settings.item_features_path:
+        field = "data.item_features"
+        table = catalogue_lib.read_table(settings.item_features_path, settings.columns.item, settings.item_features,
+                                         field)
+        kinds = features_lib.parse_kinds(settings.item_features, field)
+        specs = features_lib.infer_specs(table, settings.columns.item, kinds or None)
+        features_lib.save_specs(settings.paths.item_features, settings.columns.item, specs)
+        if settings.catalogue_from_table:
+            item_vocab, source = item_vocab.with_catalogue(table[settings.columns.item]), "item_features"
+    counts = {"items": item_vocab.size - NUM_RESERVED, "warm": warm, "cold": item_vocab.size - NUM_RESERVED - warm,
+              "source": source, "cold_item_fraction": settings.cold_item_fraction}
+    logging.info("catalogue (%s): %d items, %d warm (with training interactions), %d cold", source, counts["items"],
+                 warm, counts["cold"])
+    return item_vocab, counts
 
 
 def _write_examples_manifest(settings: Settings, directory: Path, num_examples: int) -> None:

@@ -33,11 +33,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 from absl import logging
 
-from retrieval.data import bounds, movielens, validate
+from retrieval.data import bounds, features, movielens, validate
 from retrieval.errors import InputError
 
 FORMATS = ("csv", "tsv", "parquet", "movielens", "user_items", "auto")
-FEATURE_KINDS = ("categorical", "multi", "numeric")
 _SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
              ".dat": "movielens", ".data": "movielens", ".item": "movielens", ".user": "movielens",
              ".txt": "user_items"}
@@ -281,7 +280,8 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
     """Reads an item or user feature table: one row per id, ids as strings, checked unique.
 
     ``columns`` selects feature columns (default: all). ``kinds`` maps a column to ``categorical``, ``multi``
-    (``|``-separated values such as ``"Action|Comedy"``) or ``numeric`` and casts it: numeric to float64 (empty =
+    (``|``-separated values such as ``"Action|Comedy"``), ``text`` (free text: a cell of more than
+    ``features.MAX_TEXT_CHARS`` characters fails) or ``numeric`` and casts it: numeric to float64 (empty =
     missing, anything else non-numeric fails), the others to strings (empty = missing). Columns without a kind keep
     the type pandas read; :func:`retrieval.data.features.infer_specs` describes them for the models.
 
@@ -290,9 +290,9 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
     """
     path = str(path)
     kinds = dict(kinds or {})
-    bad = {c: k for c, k in kinds.items() if k not in FEATURE_KINDS}
+    bad = {c: k for c, k in kinds.items() if k not in features.KINDS}
     if bad:
-        raise InputError(f"unknown feature kind(s) {bad}; expected one of {list(FEATURE_KINDS)}", path=path,
+        raise InputError(f"unknown feature kind(s) {bad}; expected one of {list(features.KINDS)}", path=path,
                          field="kinds")
     wanted = None if columns is None else [id_column, *[c for c in columns if c != id_column]]
     text = [c for c, k in kinds.items() if k != "numeric"]
@@ -309,6 +309,8 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
     for column, kind in kinds.items():
         if kind == "numeric":
             frame[column] = validate.numeric(frame[column], path, column)
+        elif kind == "text":
+            frame[column] = validate.text(frame[column], features.MAX_TEXT_CHARS, path, column).to_numpy()
         else:
             frame[column] = frame[column].astype("str").where(frame[column].notna())
     return frame

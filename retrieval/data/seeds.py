@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-HOLDOUT, SHUFFLE, TUNING = 1, 2, 3  # salts: one independent stream per use
+HOLDOUT, SHUFFLE, TUNING, COLD_ITEMS = 1, 2, 3, 4  # salts: one independent stream per use
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -35,4 +35,13 @@ def user_uniforms(user_ids: pd.Series, seed: int, salt: int) -> np.ndarray:
     with np.errstate(over="ignore"):
         key = _mix(np.uint64(seed) * np.uint64(4) + np.uint64(salt))
         z = _mix(_mix(hashed ^ key) + position * _GOLDEN)
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def id_uniforms(ids: pd.Series, seed: int, salt: int) -> np.ndarray:
+    """One number in [0, 1) per id, a function of ``(seed, salt, id)`` only: every row of an id gets the same one,
+    in any partition (a seeded choice of items, e.g. the cold-item holdout)."""
+    hashed = pd.util.hash_array(np.asarray(ids, dtype=object))
+    with np.errstate(over="ignore"):
+        z = _mix(hashed ^ _mix(np.uint64(seed) * np.uint64(4) + np.uint64(salt)))
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))

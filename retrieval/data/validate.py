@@ -164,6 +164,20 @@ def numeric(values: pd.Series, path: Optional[str] = None, column: Optional[str]
     return numbers
 
 
+def text(values: pd.Series, max_chars: int, path: Optional[str] = None, column: Optional[str] = None) -> pd.Series:
+    """Returns a text feature column as strings (nulls stay missing), refusing a cell longer than ``max_chars``
+    characters (a whole document, or a file read with the wrong separator), naming its row."""
+    column = column or str(values.name)
+    values = values.reset_index(drop=True)
+    strings = values.astype("str").where(values.notna())
+    too_long = (strings.str.len() > max_chars).to_numpy()
+    if too_long.any():
+        row = _first(too_long)
+        raise InputError(f"text cell of {len(strings.iloc[row]):,} characters (at most {max_chars:,}); is this the "
+                         "right column and separator?", path=path, column=column, row=row)
+    return strings
+
+
 def unique(keys: pd.Series, path: Optional[str] = None, column: Optional[str] = None) -> None:
     """Fails when a key repeats (a feature table must have one row per id), naming the first repeated row."""
     duplicated = keys.reset_index(drop=True).duplicated().to_numpy()

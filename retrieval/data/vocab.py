@@ -57,6 +57,18 @@ class Vocabulary:
         return cls(np.concatenate([[PAD, OOV], counts.index.to_numpy(dtype=object)[order]]),
                    np.concatenate([[0, 0], counts.to_numpy()[order]]))
 
+    def with_catalogue(self, catalogue_ids: Iterable[str]) -> Vocabulary:
+        """This vocabulary plus the catalogue's ids it lacks (items without training interactions: "cold"), appended
+        with count 0 in id order, after every item with interactions."""
+        ids = pd.Index(pd.unique(np.asarray(catalogue_ids, dtype=object)))
+        cold = np.sort(ids[~ids.isin(self.ids)].to_numpy(dtype=object).astype(str)).astype(object)
+        return Vocabulary(np.concatenate([self.ids, cold]), np.concatenate([self.counts, np.zeros(len(cold), np.int64)]))
+
+    @property
+    def warm(self) -> np.ndarray:
+        """[V] bool: which indices are items with training interactions (count > 0; the reserved rows are not)."""
+        return self.counts > 0
+
     def stable_against(self, previous: Vocabulary) -> Vocabulary:
         """This vocabulary reordered for a warm start from ``previous``: ids ``previous`` knew first, in their old
         order (so their indices move as little as possible), then new ids in this vocabulary's order (decreasing

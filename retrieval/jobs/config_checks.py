@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrieval import settings
-from retrieval.data import engine, features, prepare, readers, splits
+from retrieval.data import catalogue, engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
 from retrieval.errors import InputError
 from retrieval.evaluation import metrics
@@ -70,6 +70,8 @@ RULES: dict[str, Rule] = {
     "data.timestamp_column": text(),
     "data.item_features_path": text(),
     "data.item_features": FEATURE_SPEC,
+    "data.catalogue": one_of(catalogue.MODES),
+    "data.cold_item_fraction": number(0, 1, high_open=True),
     "data.user_features_path": text(),
     "data.user_features": FEATURE_SPEC,
     "data.split": one_of(prepare.SPLITS),
@@ -119,6 +121,7 @@ RULES: dict[str, Rule] = {
     "model.item_tower.id_embedding_dim": DIM,
     "model.item_tower.feature_embedding_dim": DIM,
     "model.item_tower.hidden_units": integers(1, 4 * MAX_DIM),
+    "model.item_tower.id_dropout": number(0, 1, high_open=True),
     "model.user_tower.share_item_embeddings": flag(),
     "model.user_tower.history_embedding_dim": DIM,
     "model.user_tower.pooling": one_of(model_config.POOLINGS),
@@ -251,6 +254,11 @@ def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
     for which in ("item", "user"):
         if c.get(f"data.{which}_features") and not c.get(f"data.{which}_features_path"):
             yield f"data.{which}_features", f"features declared without a table: set data.{which}_features_path"
+    if c.get("data.cold_item_fraction", 0) > 0 and not (c.get("data.item_features_path")
+                                                        and c.get("data.catalogue") == "item_features"
+                                                        and c.get("model_type", "two_tower") == "two_tower"):
+        yield "data.cold_item_fraction", ("cold items are embedded from their features: it needs a two-tower model, "
+                                          "data.item_features_path and data.catalogue='item_features'")
     for key in (f"data.{name}" for name in identity.INPUT_KEYS):
         if c.get(key):
             try:

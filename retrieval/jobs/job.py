@@ -29,9 +29,9 @@ from absl import logging
 
 import retrieval
 from retrieval import artifacts
+from retrieval.data import catalogue, prepare
 from retrieval.data import engine as engine_lib
 from retrieval.data import features as features_lib
-from retrieval.data import prepare, readers
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.jobs import config_checks, gate, identity, provenance
@@ -50,17 +50,6 @@ class Outcome:
     published: bool
     metrics: dict
     reasons: list
-
-
-def _kinds(text: str, field: str) -> dict:
-    """Parses "name:kind,name:kind" feature declarations."""
-    kinds = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, _, kind = part.partition(":")
-        if kind not in ("categorical", "multi", "numeric"):
-            raise InputError(f"feature {part!r} must be name:categorical, name:multi or name:numeric", field=field)
-        kinds[name] = kind
-    return kinds
 
 
 def _floors(text: str) -> dict:
@@ -174,15 +163,17 @@ class TrainingJob:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
 
     def _features(self, which: str, vocab: Vocabulary) -> Optional[dict]:
+        """Per-index feature arrays of the item or user table; items are coded by the specs the prepare stage saved
+        (the ones a catalogue refresh codes a new table with)."""
         d = self.config.data
         path, declared = d[f"{which}_features_path"], d[f"{which}_features"]
         if not path:
             return None
         id_column = d.item_column if which == "item" else d.user_column
-        kinds = _kinds(declared, f"data.{which}_features")
-        table = readers.read_features(path, id_column, kinds=kinds or None, columns=list(kinds) or None)
-        specs = features_lib.infer_specs(table, id_column, kinds or None)
-        return features_lib.feature_arrays(table, id_column, vocab, specs)
+        specs = None
+        if which == "item" and self.paths.item_features.exists():
+            specs = features_lib.load_specs(self.paths.item_features)[1]
+        return catalogue.feature_arrays(path, id_column, declared, f"data.{which}_features", vocab, specs)
 
     def _train(self) -> dict:
         if self.model_type == "item2vec":

@@ -99,7 +99,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
     else:
         item_tower = ItemTower(item_vocab.size, c.embedding_dim, init, id_embedding_dim=c.item_tower.id_embedding_dim,
                                hidden_units=tuple(c.item_tower.hidden_units), features=item_features,
-                               feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize)
+                               feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize,
+                               warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
@@ -109,7 +110,9 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,
                            feature_embedding_dim=c.user_tower.feature_embedding_dim,
                            use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize,
-                           user_id_gate=c.user_tower.user_id_gate)
+                           user_id_gate=c.user_tower.user_id_gate,
+                           item_id_rows=item_tower.id_rows if item_tower is not None else None,
+                           item_features=item_tower.features if item_tower is not None else None)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,

@@ -17,6 +17,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.errors import InputError
 
 MASK_BELOW = 2  # indices 0 (padding) and 1 (out of vocabulary) never contribute
+OOV_ROW = 1  # the unknown-id row of an id table: what cold items (and dropped ids) read
 POSITION_CHUNK = 10  # positions per partial sum in sum_over_positions (10 fused best at H = 50; 8 and 16 less well)
 IN_PLACE_MIN_BYTES = 1 << 30  # EmbeddingTable fills tables from this size in place, block by block
 IN_PLACE_BLOCK_BYTES = 1 << 25  # bytes per block of that fill
@@ -110,19 +111,60 @@ class FeatureTables(tf.keras.layers.Layer):
                 self._embeddings[feature] = tf.keras.layers.Embedding(
                     int(table.max()) + 1, embedding_dim, embeddings_initializer=init.embedding(), name=f"{feature}_emb")
 
+    @property
+    def kinds(self) -> dict[str, str]:
+        """``{feature: kind}`` ("categorical", "multi" or "numeric"; text features are coded as multi)."""
+        return dict(self._kinds)
+
+    def value_shapes(self) -> dict[str, tuple]:
+        """Per feature, the shape of one id's coded values (``()`` or ``(M,)``/``(k,)``) and its dtype."""
+        return {feature: (tuple(self._tables[feature].shape[1:]), self._tables[feature].dtype)
+                for feature in self.names}
+
     def call(self, indices: tf.Tensor) -> tf.Tensor:
         """Returns the concatenated feature encodings of ``indices`` [...] -> [..., width]."""
+        return self.encode({feature: tf.gather(self._tables[feature], indices) for feature in self.names},
+                           indices.shape.rank)
+
+    def encode(self, values: Mapping[str, tf.Tensor], rank: int) -> tf.Tensor:
+        """Encodes coded feature values (each ``[...]`` of rank ``rank``, plus ``[M]``/``[k]`` for multi-valued and
+        vector features, as the tables hold them): ``[..., width]``. What a catalogue refresh calls on a new table."""
         parts = []
         for feature in self.names:
-            values = tf.gather(self._tables[feature], indices)
-            kind = self._kinds[feature]
+            coded, kind = values[feature], self._kinds[feature]
             if kind == "numeric":
-                parts.append(values if values.shape.rank > indices.shape.rank else values[..., tf.newaxis])
+                parts.append(coded if coded.shape.rank > rank else coded[..., tf.newaxis])
             elif kind == "categorical":
-                parts.append(self._embeddings[feature](values))
+                parts.append(self._embeddings[feature](coded))
             else:
-                parts.append(masked_mean(self._embeddings[feature](values), values > 0))
+                parts.append(masked_mean(self._embeddings[feature](coded), coded > 0))
         return tf.concat(parts, axis=-1)
+
+
+class ItemIdRows(tf.keras.layers.Layer):
+    """Item indices -> the rows the item-id tables are read at.
+
+    An item without training interactions (a cold catalogue item) reads the unknown-id row (OOV, index 1): its own
+    row was never trained, so its vector comes from its features. In training a seeded share ``dropout`` of the
+    (warm) ids reads the OOV row too: item-id dropout (DropoutNet, Volkovs et al. 2017, section 3.2), so that the
+    feature path learns to place an item alone, on the candidate side and in the histories alike. Padding (0) and
+    OOV stay as they are (the history mask reads the indices, not the rows)."""
+
+    def __init__(self, warm: np.ndarray, dropout: float = 0.0, seed: Optional[int] = None, name: str = "item_id_rows"):
+        super().__init__(name=name)
+        rows = np.where(np.asarray(warm, bool), np.arange(len(warm)), OOV_ROW).astype(np.int32)
+        rows[:MASK_BELOW] = np.arange(MASK_BELOW)
+        self.rows = tf.Variable(rows, trainable=False, name="rows")
+        self.dropout = float(dropout)
+        # Keras's Dropout draws the seeded Bernoulli mask (XLA-compatible, a new draw every step).
+        self._mask = tf.keras.layers.Dropout(self.dropout, seed=seed) if self.dropout > 0 else None
+
+    def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
+        rows = tf.gather(self.rows, indices)
+        if training and self._mask is not None:
+            kept = self._mask(tf.ones_like(rows, tf.float32), training=True) > 0
+            rows = tf.where(kept | (rows < MASK_BELOW), rows, tf.fill(tf.shape(rows), OOV_ROW))
+        return rows
 
 
 def masked_mean(embeddings: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:

@@ -1,7 +1,11 @@
 """The two towers: the item tower embeds item indices, the user tower (YoutubeDNN) embeds a user's context.
 
-Item tower: ``v_i = MLP([E_item[i], features(i)])``, optionally L2-normalised. It embeds any indices, so the same
-function scores a batch's positives, sampled negatives and the whole catalogue at export.
+Item tower: ``v_i = MLP([E_item[row(i)], features(i)])``, optionally L2-normalised. It embeds any indices, so the
+same function scores a batch's positives, sampled negatives and the whole catalogue at export. With item features,
+``row(i)`` is the unknown-id row for items without training interactions and, in training, for a seeded share of
+the others (item-id dropout, ``layers.ItemIdRows``): a cold item's vector is ``MLP([E_item[OOV], features(i)])``.
+The same rows and feature encodings enter the user tower's history (``E_hist[row(i)] + P features(i)``), so a cold
+item a user clicked contributes to her vector through its features.
 
 User tower (Covington et al. 2016, "Deep Neural Networks for YouTube Recommendations", fig. 3): the watched items are
 embedded (with the item tower's id table or a separate one), pooled over the valid history positions (index >= 2;
@@ -25,6 +29,7 @@ from retrieval.models.layers import (
     EmbeddingTable,
     FeatureTables,
     Initializers,
+    ItemIdRows,
     masked_mean,
     mlp,
 )
@@ -35,7 +40,11 @@ class ItemTower(tf.keras.layers.Layer):
 
     def __init__(self, vocab_size: int, output_dim: int, init: Initializers, *, id_embedding_dim: int,
                  hidden_units: Sequence[int] = (), features: Optional[Mapping[str, np.ndarray]] = None,
-                 feature_embedding_dim: int = 16, l2_normalize: bool = False, name: str = "item_tower"):
+                 feature_embedding_dim: int = 16, l2_normalize: bool = False, warm: Optional[np.ndarray] = None,
+                 id_dropout: float = 0.0, seed: Optional[int] = None, name: str = "item_tower"):
+        """``warm`` ([V] bool, default all): which indices had training interactions; ``id_dropout``: the share of
+        ids read at the unknown-id row in training. Both apply only with ``features`` (without them an item is its
+        id)."""
         super().__init__(name=name)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(output_dim)
@@ -44,13 +53,22 @@ class ItemTower(tf.keras.layers.Layer):
                                            embeddings_initializer=init.embedding(), name="item_id_emb")
         self.features = (FeatureTables(features, vocab_size, feature_embedding_dim, init, name="item_features")
                          if features else None)
+        self.id_rows = (ItemIdRows(np.ones(vocab_size, bool) if warm is None else warm, id_dropout, seed)
+                        if features else None)
         needs_projection = bool(features) or bool(hidden_units) or id_embedding_dim != output_dim
         self.mlp = mlp(hidden_units, output_dim, init, name="item_mlp") if needs_projection else None
 
-    def call(self, indices: tf.Tensor) -> tf.Tensor:
-        x = self.id_embedding(indices)
-        if self.features is not None:
-            x = tf.concat([x, self.features(indices)], axis=-1)
+    def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
+        if self.features is None:
+            return self.encode(indices, None)
+        return self.encode(self.id_rows(indices, training=training), self.features(indices))
+
+    def encode(self, id_rows: tf.Tensor, encoded_features: Optional[tf.Tensor]) -> tf.Tensor:
+        """Item vectors from id-table rows [...] and the feature encodings [..., width] (``FeatureTables.encode``):
+        the exported item encoder embeds items of a new catalogue table through this (``retrieval.export``)."""
+        x = self.id_embedding(id_rows)
+        if encoded_features is not None:
+            x = tf.concat([x, encoded_features], axis=-1)
         if self.mlp is not None:
             x = self.mlp(x)
         return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
@@ -69,7 +87,11 @@ class UserTower(tf.keras.layers.Layer):
                  hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
                  user_id_embedding_dim: int = 0, features: Optional[Mapping[str, np.ndarray]] = None,
                  feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
-                 user_id_gate: float = 0.0, name: str = "user_tower"):
+                 user_id_gate: float = 0.0, item_id_rows: Optional[ItemIdRows] = None,
+                 item_features: Optional[FeatureTables] = None, name: str = "user_tower"):
+        """``item_id_rows`` and ``item_features``: the item tower's (shared, not copies), so that history items read
+        the rows the item tower reads (cold items and dropped ids: the unknown-id row) and add their projected
+        feature encodings."""
         super().__init__(name=name)
         self.output_dim = int(output_dim)
         self.l2_normalize = bool(l2_normalize)
@@ -86,11 +108,19 @@ class UserTower(tf.keras.layers.Layer):
         self.features = (FeatureTables(features, user_vocab_size, feature_embedding_dim, init, name="user_features")
                          if features else None)
         self.mlp = mlp(hidden_units, output_dim, init, name="user_mlp")
+        self.item_id_rows = item_id_rows
+        self.item_features = item_features
+        self.history_features = (tf.keras.layers.Dense(int(history_embedding.output_dim), use_bias=False,
+                                                       kernel_initializer=init.dense(), name="history_features")
+                                 if item_features is not None else None)
 
-    def call(self, inputs: Mapping[str, tf.Tensor]) -> tf.Tensor:
+    def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         history = tf.cast(inputs["history"], tf.int32)
         mask = history >= MASK_BELOW
-        watched = self.history_embedding(history)
+        rows = history if self.item_id_rows is None else self.item_id_rows(history, training=training)
+        watched = self.history_embedding(rows)
+        if self.item_features is not None:
+            watched = watched + self.history_features(self.item_features(history))
         pooled = (self.attention(watched, mask) if self.attention is not None
                   else masked_mean(watched, mask, chunked=self.chunked_pooling))
         parts = [pooled]
