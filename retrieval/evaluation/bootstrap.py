@@ -15,6 +15,8 @@ from typing import Iterator
 
 import numpy as np
 
+# paired_comparison's fields as metric-key suffixes: "recall@20_diff", "recall@20_diff_ci_low", ...
+PAIRED_KEYS = {"diff": "diff", "ci_low": "diff_ci_low", "ci_high": "diff_ci_high", "p_value": "p_value"}
 
 def _chunks(total: int, n_users: int, budget: int = 1 << 24) -> Iterator[int]:
     size = max(1, budget // max(n_users, 1))

@@ -33,7 +33,6 @@ from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import metrics as metrics_lib
 from retrieval.settings import CI_METRICS, DEFAULT_KS
 
-_PAIRED_KEYS = {"diff": "diff", "ci_low": "diff_ci_low", "ci_high": "diff_ci_high", "p_value": "p_value"}
 PROGRESS_INTERVAL_S = 30.0
 
 
@@ -180,7 +179,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
                 paired = bootstrap.paired_comparison(_headline(model.per_user, ks), _headline(result.per_user, ks),
                                                      n_bootstrap, seed)
                 for name, stats in paired.items():
-                    out.update({f"paired/{tag}/{name}_{_PAIRED_KEYS[field]}": v for field, v in stats.items()})
+                    out.update({f"paired/{tag}/{name}_{bootstrap.PAIRED_KEYS[field]}": v for field, v in stats.items()})
         logging.info("evaluated %s: recall@%d = %s", tag, ks[-1], out.get(f"{prefix}recall@{ks[-1]}"))
     if ann_index is not None and model is not None:
         out.update(_ann(ann_index, ann_index_offset, user_vectors, groups[""], relevant, exclude, ks, model.top_k))

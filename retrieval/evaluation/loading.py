@@ -73,6 +73,7 @@ class RunModel:
     item_ids: np.ndarray  # [N] str, vocabulary indices 2..
     item_vectors: np.ndarray  # [N + 2, d] float32, rows 0 and 1 zero
     encoder: object  # retrieval.export.UserEncoder
+    warm: Optional[np.ndarray] = None  # [N] bool: had training interactions (None: all did)
 
     def user_vectors(self, user_ids: Sequence[str], train: pd.DataFrame) -> np.ndarray:
         """[B, d] vectors of ``user_ids`` from their training histories (normalised for cosine)."""
@@ -105,7 +106,7 @@ def load_run_model(run_dir) -> RunModel:
     encoder = export.load_user_encoder(paths.user_tower)
     logging.info("run %s: %d items, d=%d, metric %s", paths.root, len(item_ids), vectors.shape[1], metric)
     return RunModel(str(manifest.get("run_id", paths.root.name)), metric, np.asarray(item_ids).astype(str),
-                    item_vectors, encoder)
+                    item_vectors, encoder, export.read_warm(paths.item_embeddings))
 
 
 def _order_note(run_dir) -> str:

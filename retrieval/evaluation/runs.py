@@ -11,6 +11,7 @@ Settings not passed come from the run's ``config.json`` (``eval.ks``, ``eval.exc
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
@@ -21,10 +22,12 @@ import pyarrow.dataset as ds
 from absl import logging
 
 from retrieval import artifacts
-from retrieval.data.vocab import NUM_RESERVED
+from retrieval.data import catalogue as catalogue_lib
+from retrieval.data import features
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.evaluation import baselines as baselines_lib
-from retrieval.evaluation import evaluator, loading, protocols, ranking, report
+from retrieval.evaluation import cold_items, evaluator, loading, protocols, ranking, report
 
 DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
             "ease_lambda": baselines_lib.EASE_LAMBDA, "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
@@ -68,6 +71,21 @@ def _item_counts(train_path, catalogue: np.ndarray) -> np.ndarray:
         found = rows.get_indexer(batch.column(0).cast(pa.string()).to_numpy(zero_copy_only=False))
         counts += np.bincount(found[found >= 0], minlength=len(catalogue))
     return counts
+
+
+def _content(paths: artifacts.RunPaths, catalogue: np.ndarray):
+    """Content vectors of the catalogue (``cold_items.content_vectors``) from the run's item feature table, coded by
+    its saved specs; None (logged) when the run has no specs or the table is gone."""
+    config = loading.read_json_if_present(paths.config).get("data", {})
+    path = config.get("item_features_path")
+    if not path or not paths.item_features.exists() or not Path(path).exists():
+        logging.warning("cold items: no content baseline (item feature table or specs not found)")
+        return None
+    id_column, specs = features.load_specs(paths.item_features)
+    vocabulary = Vocabulary(catalogue, np.zeros(len(catalogue), np.int64))
+    arrays = catalogue_lib.feature_arrays(path, id_column, config.get("item_features", ""), "data.item_features",
+                                          vocabulary, specs)
+    return cold_items.content_vectors(arrays, specs)
 
 
 def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> ranking.Scorer:
@@ -128,26 +146,37 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
                      f"; {', '.join(skipped)} skipped: fitted on the whole matrix" if skipped else "")
     split, description = loading.protocol_of(run_dir, test_path)
     model = loading.load_run_model(run_dir)
-    data = protocols.prepare(train, test, model.item_ids)
+    catalogue = protocols.prepare(train, test, model.item_ids)
+    # The headline ranks the warm items (those with training interactions); cold ones are reported apart.
+    warm = np.concatenate([np.ones(NUM_RESERVED, bool), model.warm])
+    data = protocols.prepare(train, test, model.item_ids[model.warm]) if not model.warm.all() else catalogue
     if sample is not None:
         data = dataclasses.replace(data, popularity=_item_counts(paths.train_data, data.item_ids))
-    rows = np.flatnonzero(data.test.lengths > 0)  # only users with test items are ever scored
+    rows = np.flatnonzero(catalogue.test.lengths > 0)  # only users with test items are ever scored
     user_vectors = np.zeros((len(data.user_ids), model.item_vectors.shape[1]), np.float32)
     user_vectors[rows] = model.user_vectors(data.user_ids[rows], train)
     others = {"compare": _other_run(compare_run_dir, data, rows, train)} if compare_run_dir else None
     ann_index = None
-    if ann_index_path:
+    if ann_index_path and not model.warm.all():
+        logging.warning("ann/: not measured on a catalogue with cold items (the index holds catalogue indices, the "
+                        "headline ranks warm items)")
+    elif ann_index_path:
         import faiss  # only needed for this option
 
         ann_index = faiss.read_index(str(ann_index_path))
     result = evaluator.evaluate(
-        user_vectors, model.item_vectors, data.train, data.test, settings["ks"], popularity=data.popularity,
+        user_vectors, model.item_vectors[warm], data.train, data.test, settings["ks"], popularity=data.popularity,
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
         n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index,
         ann_index_offset=ann_index_offset, head_share=head_share,
         max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"],
         baseline_memory_mb=settings["baseline_memory_mb"])
     result.update(data.counts)
+    if not model.warm.all():
+        result.update(cold_items.evaluate(user_vectors, model.item_vectors, warm, catalogue.train, catalogue.test,
+                                          _content(paths, catalogue.item_ids), settings["ks"],
+                                          exclude_train=settings["exclude_train"], n_bootstrap=settings["bootstrap"],
+                                          seed=settings["seed"]))
     if sample is not None:
         result["protocol/skipped_baselines"] += skipped
         result["protocol/user_sample"] = f"{len(sample)} test users, uniform, seed {settings['seed']} (eval.max_users)"
