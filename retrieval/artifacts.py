@@ -38,6 +38,14 @@ class RunPaths:
     item_vocab = property(lambda self: self.root / "vocab" / "items.parquet")
     user_vocab = property(lambda self: self.root / "vocab" / "users.parquet")
     item_features = property(lambda self: self.root / "vocab" / "item_features.json")  # the item feature specs
+    # A catalogue refresh's run keeps the training vocabulary its id tables are indexed by apart from its catalogue.
+    training_item_vocab = property(lambda self: self.root / "vocab" / "training_items.parquet")
+
+    @property
+    def model_item_vocab(self) -> Path:
+        """The item vocabulary the run's id tables (``id_tables.npz``) are indexed by: the training vocabulary of a
+        catalogue refresh's run, else ``item_vocab`` (what a warm start reads)."""
+        return self.training_item_vocab if self.training_item_vocab.is_file() else self.item_vocab
     item_tower = property(lambda self: self.root / "item_tower")
     train_data = property(lambda self: self.root / "data" / "train.parquet")
     validation_data = property(lambda self: self.root / "data" / "validation.parquet")

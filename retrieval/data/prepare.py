@@ -459,7 +459,7 @@ def run(settings: Settings, engine: Engine, order_request: str,
                  item_vocab.size - NUM_RESERVED)
     item_vocab, catalogue = _catalogue(settings, item_vocab)
     if warm_start is not None:
-        item_vocab = item_vocab.stable_against(Vocabulary.load(warm_start.item_vocab))
+        item_vocab = item_vocab.stable_against(Vocabulary.load(warm_start.model_item_vocab))
         user_vocab = user_vocab.stable_against(Vocabulary.load(warm_start.user_vocab))
     item_vocab.save(paths.item_vocab)
     user_vocab.save(paths.user_vocab)

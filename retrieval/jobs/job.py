@@ -157,7 +157,7 @@ class TrainingJob:
         """The published run whose vocabularies (and id tables) a warm start keeps (``publish.warm_start``)."""
         lineage = identity.lineage_of(self.config).name
         previous = self.model_dir.published(lineage) if self.config.publish.warm_start else None
-        return previous if previous is not None and previous.item_vocab.exists() else None
+        return previous if previous is not None and previous.model_item_vocab.exists() else None
 
     def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)

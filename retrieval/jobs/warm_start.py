@@ -49,7 +49,7 @@ def load_into(model, vocabularies: dict[str, Vocabulary], previous: RunPaths) ->
     if not source.exists():
         logging.warning("warm start: %s has no %s; starting fresh", previous.root, TABLES_FILE)
         return {}
-    old_vocabularies = {"item": Vocabulary.load(previous.item_vocab), "user": Vocabulary.load(previous.user_vocab)}
+    old_vocabularies = {"item": Vocabulary.load(previous.model_item_vocab), "user": Vocabulary.load(previous.user_vocab)}
     copied = {}
     with np.load(source) as saved:
         for name, variable in _id_tables(model).items():

@@ -1,0 +1,42 @@
+"""Refreshes the published run's catalogue from a new item feature table, without retraining.
+
+    python -m pipelines.refresh --run_dir=artifacts/two_tower --item_features_path=items-today.csv
+
+embeds every row of the table with the published run's item tower (new and changed items included; items gone
+from the table leave the catalogue), builds and self-checks the index, runs the serving canary, and publishes a new
+run of the same lineage (``latest`` moves atomically; a server with hot reload serves it at its next poll). The run
+must have been trained with an item feature table (``data.item_features_path``); the new table has its id column
+and exactly its feature columns. See ``retrieval.jobs.refresh`` and docs/scheduling.md (an hourly refresh beside a
+daily retrain through ``pipelines.scheduled --job_module=pipelines.refresh``). Exit codes: 0 published, 2 bad input
+(one line naming the file, column or row; nothing published or changed), 3 the index self-check or the canary
+refused (``latest`` untouched), 4 another process holds the run.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from absl import flags
+
+from retrieval import cli
+
+_RUN_DIR = flags.DEFINE_string("run_dir", None, "The model directory (its 'latest' run is refreshed), a lineage's "
+                               "directory or a run directory.")
+_TABLE = flags.DEFINE_string("item_features_path", None, "The new catalogue: an item feature table (csv, tsv, "
+                             "parquet) with the trained id and feature columns, one row per item to serve.")
+_CANARY = flags.DEFINE_boolean("canary", True, "Run the serving canary on the new run before publishing it.")
+
+
+def main(argv: Sequence[str]) -> None:
+    cli.check_arguments(argv, _RUN_DIR, _TABLE)
+    from retrieval.jobs.refresh import refresh  # TensorFlow loads after the flags are checked
+
+    outcome = refresh(_RUN_DIR.value, _TABLE.value, canary=_CANARY.value)
+    where = "latest" if outcome.latest_moved else "its lineage's latest (latest stays on another lineage)"
+    print(f"published catalogue refresh {outcome.run_dir} as {where}: {outcome.items} items ({outcome.new} new, "
+          f"{outcome.removed} removed, {outcome.warm} with training interactions), refreshed from "
+          f"{outcome.refreshed_from} in {outcome.seconds:.1f} s")
+
+
+if __name__ == "__main__":
+    cli.run(main)
