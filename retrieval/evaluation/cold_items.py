@@ -67,6 +67,7 @@ def content_vectors(arrays: Mapping[str, np.ndarray], specs: Sequence[FeatureSpe
 def content_scorer(items: sp.csr_matrix, train: csr_lib.Csr, columns: np.ndarray) -> ranking.Scorer:
     """Cosine of each user's profile (the mean of her training items' content vectors) with the content vectors of
     the catalogue indices ``columns`` (in that order; rows 0 and 1 score -inf: padding and OOV)."""
+    items = _normalize_rows(sp.csr_matrix(items))
     rows, cols = csr_lib.to_pairs(train)
     incidence = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(train.n_rows, items.shape[0]))
     profiles = _normalize_rows(incidence @ items)

@@ -109,10 +109,7 @@ def _new_run(model_dir: ModelDirectory) -> str:
 def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Optional[float] = None,
             canary: bool = True) -> RefreshOutcome:
     """Publishes a new catalogue from ``table_path`` for the published run at ``run_dir`` (module docstring)."""
-    from retrieval import export
-    from retrieval.index.run_index import build_run_index
-    from retrieval.serving.canary import Canary, CanaryError
-    from retrieval.serving.generator import CandidateGenerator, resolve_run_dir
+    from retrieval.serving.settings import resolve_run_dir
 
     start = time.monotonic()
     parent = artifacts.RunPaths(resolve_run_dir(run_dir))
@@ -125,6 +122,11 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
     model_dir = ModelDirectory(parent.root.parent)
     id_column, specs = features.load_specs(parent.item_features)
     table = read_table(str(table_path), id_column, specs)
+    from retrieval import export  # TensorFlow loads once the input is known to be good
+    from retrieval.index.run_index import build_run_index
+    from retrieval.serving.canary import Canary, CanaryError
+    from retrieval.serving.generator import CandidateGenerator
+
     item_ids = table[id_column].astype(str).to_numpy(dtype=object)
     catalogue = Vocabulary(np.concatenate([[PAD, OOV], item_ids]), np.zeros(len(item_ids) + NUM_RESERVED, np.int64))
     arrays = features.feature_arrays(table, id_column, catalogue, specs)

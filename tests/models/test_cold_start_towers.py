@@ -1,0 +1,103 @@
+"""Towers with item features and cold items: id rows, item-id dropout, history features, the exported item tower."""
+
+import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from retrieval import export
+from retrieval.data.vocab import Vocabulary
+from retrieval.models import build_model, default_config
+from retrieval.models.layers import ItemIdRows
+
+WARM = 10  # items i0..i9 have interactions; c0..c3 are cold catalogue items
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    rng = np.random.default_rng(0)
+    warm = Vocabulary.from_ids([f"i{k}" for k in rng.integers(0, WARM, 500)])
+    return warm.with_catalogue([f"c{k}" for k in range(4)] + ["i1"])
+
+
+@pytest.fixture(scope="module")
+def item_features(vocab):
+    rng = np.random.default_rng(1)
+    genres = rng.integers(1, 6, (vocab.size, 2)).astype(np.int32)
+    genres[:2] = 0
+    return {"genres": genres, "year": rng.normal(size=vocab.size).astype(np.float32)}
+
+
+def model_of(vocab, item_features, dropout=0.0):
+    config = default_config()
+    config.embedding_dim = 6
+    config.item_tower.id_embedding_dim = 6
+    config.item_tower.feature_embedding_dim = 3
+    config.item_tower.id_dropout = dropout
+    config.user_tower.hidden_units = (8,)
+    config.user_tower.use_example_age = False
+    users = Vocabulary.from_ids(["u0", "u1"])
+    return build_model(config, vocab, users, item_features)
+
+
+def test_id_rows_send_cold_items_to_the_unknown_row(vocab):
+    rows = ItemIdRows(vocab.warm)(tf.range(vocab.size)).numpy()
+    assert rows[:2].tolist() == [0, 1]
+    assert rows[2:2 + WARM].tolist() == list(range(2, 2 + WARM))
+    assert rows[2 + WARM:].tolist() == [1] * 4
+
+
+def test_item_id_dropout_share_and_what_it_never_touches():
+    layer = ItemIdRows(np.ones(1000, bool), dropout=0.3, seed=5)
+    indices = tf.constant(np.tile(np.arange(1000), 20), tf.int32)
+    rows = layer(indices, training=True).numpy()
+    dropped = rows != indices.numpy()
+    # 19,960 droppable ids at p = 0.3: binomial sd 65; 5 sd
+    assert abs(int(dropped.sum()) - 0.3 * 19_960) < 5 * 65
+    assert not dropped[np.isin(indices.numpy(), [0, 1])].any()
+    assert (rows[dropped] == 1).all()  # a dropped id reads the unknown-id row
+    assert not np.array_equal(rows, layer(indices, training=True).numpy())  # a new draw every call
+    assert np.array_equal(layer(indices, training=False).numpy(), indices.numpy())
+
+
+def test_a_cold_item_is_embedded_from_its_features_alone(vocab, item_features):
+    model = model_of(vocab, item_features)
+    tower = model.item_tower
+    cold = tf.constant([2 + WARM, 3 + WARM])
+    by_index = tower(cold).numpy()
+    through_oov = tower.encode(tf.constant([1, 1]), tower.features(cold)).numpy()
+    np.testing.assert_allclose(by_index, through_oov, rtol=1e-6)
+    assert not np.allclose(by_index[0], by_index[1])  # different features, different vectors
+
+
+def test_history_items_add_their_features_so_a_cold_item_moves_the_user(vocab, item_features):
+    model = model_of(vocab, item_features)
+    base = tf.constant([[2, 3, 0, 0]])
+    with_cold = tf.constant([[2, 3, 2 + WARM, 0]])
+    with_other_cold = tf.constant([[2, 3, 3 + WARM, 0]])
+    user = tf.constant([2])
+    vectors = [model.user_vectors(user, history).numpy() for history in (base, with_cold, with_other_cold)]
+    assert not np.allclose(vectors[0], vectors[1])
+    assert not np.allclose(vectors[1], vectors[2])
+
+
+def test_dropout_acts_in_training_only(vocab, item_features):
+    model = model_of(vocab, item_features, dropout=0.9)
+    items = tf.constant(np.arange(2, 2 + WARM), tf.int32)
+    inference = model.item_tower(items).numpy()
+    np.testing.assert_array_equal(inference, model.item_tower(items, training=False).numpy())
+    assert not np.allclose(inference, model.item_tower(items, training=True).numpy())
+
+
+def test_the_exported_item_tower_reproduces_the_catalogue_vectors(vocab, item_features, tmp_path):
+    model = model_of(vocab, item_features, dropout=0.3)
+    expected = model.catalogue_vectors()
+    export.export_item_tower(model, vocab, tmp_path / "item_tower")
+    loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
+    names = [n.decode() for n in loaded.feature_names.numpy()]
+    inputs = {f"feature_{i}": tf.constant(item_features[name][2:]) for i, name in enumerate(names)}
+    got = loaded.signatures["serving_default"](item_id=tf.constant(vocab.ids[2:].astype(str)), **inputs)
+    np.testing.assert_allclose(got["embedding"].numpy(), expected, rtol=1e-5, atol=1e-6)
+    unknown = loaded.signatures["serving_default"](
+        item_id=tf.constant(["never-seen"]), **{k: v[-1:] for k, v in inputs.items()})["embedding"].numpy()
+    np.testing.assert_allclose(unknown, expected[-1:], rtol=1e-5, atol=1e-6)  # the last row is cold: OOV row too
