@@ -125,9 +125,11 @@ def _fenced(language: str, page: str = "scheduling.md") -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
-CRON_LINES = [(page.name, line) for page in sorted((ROOT / "docs").glob("*.md"))
-              for block in _fenced("cron", page.name) for line in block.splitlines()
-              if line.strip() and not line.startswith("#")]
+ALL_CRON_LINES = [(page.name, line) for page in sorted((ROOT / "docs").glob("*.md"))
+                  for block in _fenced("cron", page.name) for line in block.splitlines()
+                  if line.strip() and not line.startswith("#")]
+CRON_LINES = [(page, line) for page, line in ALL_CRON_LINES if "pipelines.refresh" not in line]
+REFRESH_LINES = [(page, line) for page, line in ALL_CRON_LINES if "pipelines.refresh" in line]
 
 
 @pytest.mark.parametrize("page,line", CRON_LINES)
@@ -139,8 +141,25 @@ def test_every_documented_crontab_line_works_as_written(tmp_path, page, line):
     _runs_and_alerts(fields[5], tmp_path, tmp_path / "train.log")
 
 
-def test_scheduling_md_has_its_crontab_line():
+def test_scheduling_md_has_its_crontab_lines():
     assert [page for page, _ in CRON_LINES].count("scheduling.md") == 1
+    assert [page for page, _ in REFRESH_LINES] == ["scheduling.md"]
+
+
+@pytest.mark.parametrize("page,line", REFRESH_LINES)
+def test_the_documented_refresh_line_works_as_written(tmp_path, page, line):
+    """The hourly refresh: with no published run yet, exit 2 and the alert naming the model directory."""
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("the documented commands use the checkout's .venv (make setup)")
+    fields = line.split(None, 5)
+    assert all(re.fullmatch(r"[\d*/,-]+", field) for field in fields[:5]), fields[:5]
+    command = _as_here(fields[5], tmp_path).replace("/var/log/retrieval-refresh.log", str(tmp_path / "refresh.log"))
+    command = command.replace("/data/catalogue/items.parquet", str(tmp_path / "items.parquet"))
+    result = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    output = (tmp_path / "refresh.log").read_text()
+    assert result.returncode == cli.EXIT_INPUT_ERROR, output
+    assert "ALERT retrieval training bad_input (exit 2): error: file " in output
+    assert "models/youtube_dnn: not a run directory" in output
 
 
 def test_the_systemd_units_work_as_written(tmp_path):
