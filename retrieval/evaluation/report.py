@@ -50,6 +50,29 @@ def _headline(metrics: Mapping, group: str) -> list[str]:
     return _table(header, rows)
 
 
+def _cold_items(metrics: Mapping) -> list[str]:
+    """The cold catalogue items' section (``evaluation.cold_items``), when the catalogue has any."""
+    if not metrics.get("count/cold_items/items"):
+        return []
+    ks = metrics["protocol/ks"]
+    lines = ["", "## Cold items (catalogue items without training interactions)", "",
+             f"{metrics['count/cold_items/test_pairs']} test pairs with one of the {metrics['count/cold_items/items']} "
+             f"cold items, {metrics['count/cold_items/eval_users']} users with a training history; not in the "
+             "headline. Content baseline: TF-IDF item features, the user's mean profile, cosine.", ""]
+    if not metrics.get("count/cold_items/eval_users"):
+        return lines + ["No such test pair."]
+    rows = []
+    for space, label in (("among_cold/", "among cold items"), ("", "in the whole catalogue")):
+        for system, prefix in (("model", ""), ("content", "content/")):
+            rows.append([label, system] + [_with_ci(metrics, f"cold_items/{space}{prefix}{m}@{k}")
+                                           for m in ("recall", "ndcg") for k in ks])
+        if f"cold_items/{space}paired/content/recall@{ks[0]}_diff" in metrics:
+            rows.append([label, "model minus content"] + [
+                _with_ci(metrics, f"cold_items/{space}paired/content/{m}@{k}_diff") for m in ("recall", "ndcg")
+                for k in ks])
+    return lines + _table(["ranked", "system"] + [f"{m}@{k}" for m in ("recall", "ndcg") for k in ks], rows)
+
+
 def render_markdown(metrics: Mapping) -> str:
     """The Markdown report: protocol, headline table with intervals, all metrics, paired tests, cold start, counts."""
     ks, systems = metrics["protocol/ks"], _systems(metrics)
@@ -81,6 +104,7 @@ def render_markdown(metrics: Mapping) -> str:
         lines.append("")
     lines += ["## Cold-start users (no training history)", ""]
     lines += _headline(metrics, "cold_start/") if metrics["count/cold_start_users"] else ["None in the test set."]
+    lines += _cold_items(metrics)
     if any(key.startswith("ann/") for key in metrics):
         lines += ["", "## Approximate search (FAISS index)", ""]
         lines += _table(["k", "recall (index)", "recall (exact)", "recall of index vs exact top-k"],
