@@ -255,3 +255,21 @@ def test_a_task_that_kills_its_workers_ends_with_an_input_error(dask_engine):
     with pytest.raises(InputError, match="Dask workers died"):
         dask_engine.map(_die, [0])
     assert dask_engine.map(abs, [-1, 2]) == [1, 2]  # the nannies restarted the workers: the engine still works
+
+
+def test_the_catalogue_and_its_cold_items_are_the_same_on_every_path(logs, tmp_path):
+    """A feature table with items nobody clicked, and a seeded cold-item holdout: the same vocabulary, parts and
+    examples in memory and on 7 partitions."""
+    items = pd.DataFrame({"item_id": [str(i) for i in range(1, 46)], "genre": [f"g{i % 4}" for i in range(1, 46)]})
+    items.to_csv(tmp_path / "items.csv", index=False)
+    config = override(_config(logs, "csv", "leave_last_n", "time"), {
+        "data.item_features_path": str(tmp_path / "items.csv"), "data.item_features": "genre:categorical",
+        "data.cold_item_fraction": 0.2})
+    reference = _prepared(config, tmp_path / "memory", 1, Embedded())
+    summary, tables, vocabularies, _ = reference
+    catalogue = summary["catalogue"]
+    assert catalogue["items"] == 45 and catalogue["cold"] >= 5 + 1  # 5 never in the log, and the holdout's
+    cold = {item for item, count in zip(vocabularies[0]["id"], vocabularies[0]["count"]) if count == 0} - {"<pad>",
+                                                                                                          "<oov>"}
+    assert not cold & {row[1] for row in tables["train_data"]}
+    assert _prepared(config, tmp_path / "seven", 7, Embedded()) == reference
