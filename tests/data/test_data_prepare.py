@@ -269,7 +269,7 @@ def test_the_catalogue_and_its_cold_items_are_the_same_on_every_path(logs, tmp_p
     summary, tables, vocabularies, _ = reference
     catalogue = summary["catalogue"]
     assert catalogue["items"] == 45 and catalogue["cold"] >= 5 + 1  # 5 never in the log, and the holdout's
-    cold = {item for item, count in zip(vocabularies[0]["id"], vocabularies[0]["count"]) if count == 0} - {"<pad>",
-                                                                                                          "<oov>"}
+    ids, counts = vocabularies[0]["id"], vocabularies[0]["count"]
+    cold = {item for item, count in zip(ids, counts, strict=True) if count == 0} - {"<pad>", "<oov>"}
     assert not cold & {row[1] for row in tables["train_data"]}
     assert _prepared(config, tmp_path / "seven", 7, Embedded()) == reference
