@@ -11,7 +11,7 @@
   [N], feature_0 .. feature_{F-1})`` returns ``{"embedding": float32 [N, d]}`` from ids and coded feature values
   (``feature_names`` gives the order; the codes are those of ``vocab/item_features.json``). Ids that had training
   interactions read their id row, any other id the unknown-id row: a catalogue refresh embeds new items with it,
-  without retraining (``retrieval.catalogue_refresh``).
+  without retraining (``retrieval.jobs.refresh``).
 * Item2Vec runs also write their item vectors in word2vec's formats (``<run>/item_vectors.w2v.txt`` and
   ``.w2v.bin``, the files of word2vec's ``-binary 0`` and ``-binary 1``), which gensim's
   ``KeyedVectors.load_word2vec_format`` and other word2vec tools read.

@@ -20,6 +20,10 @@ item from its id (warm ids read their trained row, any other id the unknown-id r
    it (an atomic rename): a server with hot reload picks it up at its next poll.
 
 A refused self-check or canary is ``GateError`` (exit 3) and ``latest`` stays where it was.
+
+What a refresh does not change: the user tower, whose id vocabulary is the training run's. An item added by a
+refresh is a candidate for everyone at once, but in a request's history it is ignored (unknown id) until a retrain
+knows it; catalogue items that were cold at training time count in histories through their features.
 """
 
 from __future__ import annotations
