@@ -277,9 +277,8 @@ def _header(path: str, format: str) -> Optional[list[str]]:
 def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
     """The named columns are in the files' headers (read before anything else, so a typo answers at once)."""
     user, item, timestamp = c.get("data.user_column"), c.get("data.item_column"), c.get("data.timestamp_column")
-    logs = {"train_path": [user, item], "test_path": [user, item], "validation_path": [user, item]}
-    if c.get("data.split") == "temporal":
-        logs["train_path"].append(timestamp)
+    named = [user, item] + ([timestamp] if timestamp else [])  # a named timestamp column must exist: without it
+    logs = {"train_path": named, "test_path": named, "validation_path": named}  # the split would be in file order
     tables = {"item_features_path": (item, "data.item_features"), "user_features_path": (user, "data.user_features")}
     for name in identity.INPUT_KEYS:
         path = c.get(f"data.{name}")
@@ -303,7 +302,8 @@ def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
         if missing:
             named_by = {user: "data.user_column", item: "data.item_column", timestamp: "data.timestamp_column"}
             key = named_by.get(missing[0]) or tables[name][1]  # a log misses a named column, a table a feature
-            yield key, f"{path} has no column(s) {missing}; its columns are {header}"
+            hint = " (or data.timestamp_column='' when the log has no time)" if key == "data.timestamp_column" else ""
+            yield key, f"{path} has no column(s) {missing}; its columns are {header}{hint}"
 
 
 def _model(c: Mapping[str, Any]) -> Iterator[Problem]:

@@ -250,7 +250,10 @@ def test_column_names_are_checked_in_the_header(tmp_path):
                                          r"\['user_id', 'item', 'timestamp'\]"):
         config_checks.validate_config(with_value(config, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     (tmp_path / "bom.csv").write_text("\ufeffuser_id,item_id\nu1,i1\n", encoding="utf-8")  # as Excel writes it
-    config_checks.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
+    untimed = with_value(config, "data.timestamp_column", "")  # the user says the log has no time
+    config_checks.validate_config(with_value(untimed, "data.train_path", str(tmp_path / "bom.csv")))
+    with pytest.raises(InputError, match=r"config\.data\.timestamp_column.*no column\(s\) \['timestamp'\]"):
+        config_checks.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
     renamed = with_value(config, "data.item_column", "item")
     config_checks.validate_config(with_value(renamed, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     with pytest.raises(InputError, match=r"config\.data\.train_path.*duplicate column name\(s\) \['item_id'\]"):

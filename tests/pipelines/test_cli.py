@@ -42,6 +42,8 @@ def probe(module: str, *args: str, env: dict | None = None) -> tuple[dict, str, 
 @pytest.mark.parametrize("args,message", [
     (("--config.data.train_path=/nonexistent/log.csv",), "config.data.train_path': /nonexistent/log.csv does not exist"),
     (("--config.data.item_column=item",), "config.data.item_column': data/interactions.csv has no column(s) ['item']"),
+    (("--config.data.timestamp_column=tstamp",),  # else split and trained in file order, silently
+     "config.data.timestamp_column': data/interactions.csv has no column(s) ['tstamp']"),
     (("--config.train.batch_size=1000000000",), "config.train.batch_size': must be an integer in [1, 1048576]"),
     (("--output_dir=/proc/retrieval",), "output_dir"),
 ])
