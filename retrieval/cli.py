@@ -35,6 +35,7 @@ EXIT_FAILURE = 1
 EXIT_INPUT_ERROR = 2
 EXIT_GATE_REFUSED = 3
 EXIT_LOCKED = 4
+LATEST_KEPT = "latest stays on"  # pipelines.train's last line when a run published to its lineage only
 _HELP = re.compile(r"-{1,2}(help|helpshort|helpfull|helpxml|\?)|-h")
 
 

@@ -359,10 +359,9 @@ class TrainingJob:
         decision = gate.check(metrics, _floors(g.floors), published, tuple(g.compare), g.max_regression,
                               g.min_lift_over_popular, gate.popular_metrics(evaluation),
                               identity.validation_scored(self.config, self._data_digests()))
-        if decision.passed:
-            logging.info("gate passed%s", f" against {latest.root.name}" if published else " (nothing published)")
-        else:
-            logging.error("gate refused: %s", "; ".join(decision.reasons))
+        if decision.passed:  # a refusal is said once, by the GateError that run() raises
+            logging.info("gate passed%s", f" against {latest.root.name}" if published
+                         else " (no published run of this lineage to compare with)")
         return decision.as_dict()
 
     def _data_digests(self) -> dict:
