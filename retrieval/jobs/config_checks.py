@@ -15,6 +15,7 @@ Adding a key: add one line to :data:`RULES`.
 
 from __future__ import annotations
 
+import collections
 import csv
 import math
 import os
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 from retrieval import settings
 from retrieval.data import engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
-from retrieval.errors import InputError
+from retrieval.errors import InputError, shown_list
 from retrieval.evaluation import metrics
 from retrieval.jobs import gate, identity, locations
 from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
@@ -259,19 +260,40 @@ def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
                 yield key, e.message
 
 
+MAX_HEADER_CHARS = 1 << 20  # a header line longer than this is no header (e.g. a one-line JSON file named .csv)
+
+
 def _header(path: str, format: str) -> Optional[list[str]]:
     """The column names of a csv/tsv/parquet file from its header alone (no data row is read), or None when the
-    format has no header or the header cannot be read (the reader then reports the problem with its row)."""
+    format has no header or the header cannot be read (the reader then reports the problem with its row). A first
+    line longer than :data:`MAX_HEADER_CHARS` is an ``InputError``: reading on would take minutes."""
     try:
         format = readers.guess_format(path) if format == "auto" else format
         if format == "parquet":
             return list(pq.read_schema(path).names)
-        if format in ("csv", "tsv"):
-            with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is no name
-                return next(csv.reader(handle, delimiter="," if format == "csv" else "\t"), [])
+        if format not in ("csv", "tsv"):
+            return None
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is no name
+            line = handle.readline(MAX_HEADER_CHARS + 1)
+        if len(line) <= MAX_HEADER_CHARS:
+            return next(csv.reader([line], delimiter="," if format == "csv" else "\t"), [])
     except (InputError, OSError, UnicodeDecodeError, csv.Error, pa.ArrowException):
         return None
-    return None
+    raise InputError(f"{path}: the first line is longer than {MAX_HEADER_CHARS} characters; expected a {format} "
+                     f"header of column names (is this a {format} file?)")
+
+
+def _rowless(path: str, format: str) -> bool:
+    """Whether a csv/tsv/parquet file whose header was read holds no data row (read: its second line, or the
+    Parquet footer's row count)."""
+    try:
+        if format == "parquet":
+            return pq.ParquetFile(path).metadata.num_rows == 0
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
+            handle.readline(MAX_HEADER_CHARS + 1)
+            return not any(line.strip() for line in handle)  # stops at the first data row
+    except (OSError, pa.ArrowException):
+        return False
 
 
 def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
@@ -290,20 +312,29 @@ def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
             fmt = "auto"
         else:
             required, fmt = logs[name], c.get("data.format", "auto")
-        header = _header(path, fmt)
+        try:
+            header = _header(path, fmt)
+        except InputError as e:
+            yield f"data.{name}", e.message
+            continue
         if header is None:
             continue
-        repeated = sorted({column for column in header if header.count(column) > 1})
-        if repeated:
-            yield f"data.{name}", (f"{path}: duplicate column name(s) {repeated} in the header; every column needs "
-                                   f"its own name")
+        if not header or _rowless(path, fmt if fmt != "auto" else readers.guess_format(path)):
+            yield f"data.{name}", (f"{path} is empty: expected a header line of column names" if not header
+                                   else f"{path} has a header but no rows")
             continue
-        missing = [column for column in required if column not in header]
+        repeated = sorted(column for column, count in collections.Counter(header).items() if count > 1)
+        if repeated:
+            yield f"data.{name}", (f"{path}: duplicate column name(s) {shown_list(repeated)} in the header; every "
+                                   f"column needs its own name")
+            continue
+        names = set(header)
+        missing = [column for column in required if column not in names]
         if missing:
             named_by = {user: "data.user_column", item: "data.item_column", timestamp: "data.timestamp_column"}
             key = named_by.get(missing[0]) or tables[name][1]  # a log misses a named column, a table a feature
             hint = " (or data.timestamp_column='' when the log has no time)" if key == "data.timestamp_column" else ""
-            yield key, f"{path} has no column(s) {missing}; its columns are {header}{hint}"
+            yield key, f"{path} has no column(s) {missing}; its columns are {shown_list(header)}{hint}"
 
 
 def _model(c: Mapping[str, Any]) -> Iterator[Problem]:

@@ -6,6 +6,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -365,3 +366,40 @@ def test_command_line_exits_2_with_one_line(tmp_path, override, message):
     assert result.returncode == cli.EXIT_INPUT_ERROR
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "two_tower").exists()  # nothing was started
+
+
+def test_a_huge_header_is_answered_at_once_in_one_bounded_line(tmp_path):
+    """100k columns (the duplicate check was quadratic) and a 2.5 MB one-line JSON named .csv: seconds, one line
+    of at most a few hundred characters."""
+    config = shipped("two_tower")
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(f"c{i}" for i in range(100_000)) + ",c7\n" + "x\n")
+    start = time.monotonic()
+    with pytest.raises(InputError) as error:
+        config_checks.validate_config(with_value(config, "data.train_path", str(wide)))
+    assert time.monotonic() - start < 10
+    assert "duplicate column name(s) ['c7']" in str(error.value) and len(str(error.value)) < 400
+    many = tmp_path / "many.csv"
+    many.write_text(",".join(f"c{i}" for i in range(100_000)) + "\nx\n")
+    with pytest.raises(InputError, match=r"has no column\(s\) \['user_id', 'item_id', 'timestamp'\]; its columns are "
+                                         r"\['c0', .* 99990 more\]") as error:
+        config_checks.validate_config(with_value(config, "data.train_path", str(many)))
+    assert len(str(error.value)) < 400
+    json_line = tmp_path / "log.csv"
+    json_line.write_text('{"rows": [' + ", ".join('{"user": "u%d", "item": "i%d"}' % (i, i) for i in range(80_000))
+                         + "]}")
+    start = time.monotonic()
+    with pytest.raises(InputError, match=r"config\.data\.train_path.*first line is longer than 1048576 characters; "
+                                         r"expected a csv header") as error:
+        config_checks.validate_config(with_value(config, "data.train_path", str(json_line)))
+    assert time.monotonic() - start < 10 and len(str(error.value)) < 400
+
+
+@pytest.mark.parametrize("content,message", [("", "is empty: expected a header line"),
+                                             ("user_id,item_id,timestamp\n", "has a header but no rows"),
+                                             ("user_id,item_id,timestamp\n\n\n", "has a header but no rows")])
+def test_an_empty_or_header_only_log_is_said_to_be_so(tmp_path, content, message):
+    log = tmp_path / "log.csv"
+    log.write_text(content)
+    with pytest.raises(InputError, match=rf"config\.data\.train_path.*{message}"):
+        config_checks.validate_config(with_value(shipped("two_tower"), "data.train_path", str(log)))
