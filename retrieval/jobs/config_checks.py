@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from retrieval import settings
 from retrieval.data import engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
-from retrieval.errors import InputError, shown_list
+from retrieval.errors import InputError, shown, shown_list
 from retrieval.evaluation import metrics
 from retrieval.jobs import gate, identity, locations
 from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
@@ -337,6 +337,29 @@ def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
             yield key, f"{path} has no column(s) {missing}; its columns are {shown_list(header)}{hint}"
 
 
+MIN_SHARD_BYTES = 16 << 10  # input bytes a partition holds at least: more partitions only multiply files and tasks
+
+
+def _shards(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """``data.num_shards`` no larger than the input files can fill (:data:`MIN_SHARD_BYTES` each): beyond that the
+    partitions are near-empty files by the ten thousand."""
+    if c.get("data.num_shards", 1) <= 1:
+        return
+    paths = [c[f"data.{name}"] for name in ("train_path", "test_path", "validation_path") if c.get(f"data.{name}")]
+    try:
+        size = sum(sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file()) if Path(p).is_dir()
+                   else Path(p).stat().st_size for p in paths)
+    except OSError:
+        return
+    streaming = c.get("data.streaming", "off")
+    if streaming == "off" or (streaming == "auto" and size < c.get("data.streaming_min_mb", 0) * (1 << 20)):
+        return  # one partition: num_shards is not used
+    most = max(1, size // MIN_SHARD_BYTES)
+    if c["data.num_shards"] > most:
+        yield "data.num_shards", (f"{c['data.num_shards']} partitions of {size} bytes of input would hold less than "
+                                  f"{MIN_SHARD_BYTES // 1024} KiB each; use at most {most}")
+
+
 def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     model_type = c.get("model_type", "two_tower")
     needed = {"two_tower": ("model.embedding_dim", "train.epochs"), "item2vec": ("item2vec.epochs",)}
@@ -456,12 +479,13 @@ def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
 
 
 CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
-    _data, _columns, _model, _machine, _memory, _gate_metrics, _gate_lift)
+    _data, _columns, _shards, _model, _machine, _memory, _gate_metrics, _gate_lift)
 
 
 def config_problems(config: Mapping) -> list[Problem]:
-    """Every problem of ``config``: unknown keys and values breaking their rule first; the cross-key checks only
-    when every value passed (they rely on types and ranges)."""
+    """Every problem of ``config``: unknown keys and values breaking their rule first, then the cross-key checks
+    (they rely on types and ranges: one that trips on a refused value is skipped, its cause already reported), so
+    that several mistakes are reported at once."""
     flat = dict(flatten(config))
     problems = []
     for key, value in flat.items():
@@ -469,10 +493,14 @@ def config_problems(config: Mapping) -> list[Problem]:
         if rule is None:
             problems.append((key, "unknown key (no such setting; see configs/base.py and the config files)"))
         elif not rule.accepts(value):
-            problems.append((key, f"must be {rule.allowed()}, got {value!r}"))
-    if not problems:
-        for check in CROSS_CHECKS:
-            problems.extend(check(flat))
+            problems.append((key, f"must be {rule.allowed()}, got {shown(value)}"))
+    refused = {key for key, _ in problems}
+    for check in CROSS_CHECKS:
+        try:
+            problems.extend(problem for problem in check(flat) if problem[0] not in refused)
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):  # a refused value: reported above
+            if not refused:
+                raise
     return problems
 
 

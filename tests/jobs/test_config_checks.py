@@ -403,3 +403,23 @@ def test_an_empty_or_header_only_log_is_said_to_be_so(tmp_path, content, message
     log.write_text(content)
     with pytest.raises(InputError, match=rf"config\.data\.train_path.*{message}"):
         config_checks.validate_config(with_value(shipped("two_tower"), "data.train_path", str(log)))
+
+
+def test_partitions_are_bounded_by_what_the_log_can_fill(tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("user_id,item_id,timestamp\n" + "".join(f"u{i},i{i},{i}\n" for i in range(20_000)))  # ~300 KB
+    config = with_value(with_value(shipped("two_tower"), "data.train_path", str(log)), "data.streaming", "on")
+    config_checks.validate_config(with_value(config, "data.num_shards", 16))
+    with pytest.raises(InputError, match=r"config\.data\.num_shards.*65536 partitions of \d+ bytes of input would hold "
+                                         r"less than 16 KiB each; use at most 22"):
+        config_checks.validate_config(with_value(config, "data.num_shards", 65536))
+
+
+def test_several_mistakes_are_reported_together():
+    config = with_value(with_value(shipped("two_tower"), "train.epochs", 0), "data.item_column", "sku")
+    with pytest.raises(InputError) as error:
+        config_checks.validate_config(config)
+    message = str(error.value)
+    assert "config.train.epochs: must be an integer in [1, 10000], got 0" in message
+    assert "config.data.item_column: data/interactions.csv has no column(s) ['sku']" in message
+    assert "\n" not in message
