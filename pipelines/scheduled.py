@@ -19,7 +19,7 @@ else ``failure``      a crash, a signal, a bug (traceback in the log)
 
 When the outcome is in ``--alert_on`` (every one but ``published`` by default), ``--alert_command`` runs through
 ``/bin/sh -c`` with ``RETRIEVAL_EXIT_CODE``, ``RETRIEVAL_OUTCOME``, ``RETRIEVAL_RUN_DIR`` (empty when the job stopped
-before creating its run) and ``RETRIEVAL_MESSAGE`` (the job's last line on stderr) in its environment. The wrapper
+before its data was prepared) and ``RETRIEVAL_MESSAGE`` (the job's last line on stderr) in its environment. The wrapper
 exits with the job's code (128 + N after signal N), so the scheduler sees the same outcome; an alert command that
 fails or hangs past ``--alert_timeout_s`` is logged and stopped with its children, and does not change it.
 
@@ -50,7 +50,7 @@ OUTCOMES = {cli.EXIT_OK: "published", cli.EXIT_INPUT_ERROR: "bad_input", cli.EXI
             cli.EXIT_LOCKED: "locked"}
 FAILURE = "failure"
 LINEAGE_ONLY = "lineage_only"  # exit 0, but latest did not move (the job's stdout said cli.LATEST_KEPT)
-RUN_DIR_LINE = re.compile(r"run directory: (.+)")  # what pipelines.train prints once its run exists
+RUN_DIR_LINE = re.compile(r"run directory: (.+)")  # what pipelines.train prints once its data is prepared
 TAIL_LINES = 20
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what a scheduler or a terminal sends to stop a run
 STOP_GRACE_S = 30.0  # a job or an alert told to stop gets this long before its whole group is killed

@@ -13,6 +13,8 @@ Exit codes: 0 published, 1 unexpected failure, 2 bad input or config, 3 quality 
 4 another process holds this run.
 """
 
+import shutil
+
 from absl import flags
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -62,15 +64,19 @@ def main(argv):
     cli.check_arguments(argv)
     run_id = _RUN_ID.value or locations.new_run_id()
     config_checks.validate_job(_CONFIG.value, _OUTPUT_DIR.value, run_id)
-    from retrieval.errors import GateError
+    from retrieval.errors import GateError, InputError
     from retrieval.jobs.job import TrainingJob  # TensorFlow loads only now: every check above answers in seconds
 
     job = TrainingJob(_CONFIG.value, _OUTPUT_DIR.value, run_id, force=_FORCE.value)
-    print(f"run directory: {job.paths.root}", flush=True)  # first, so a scheduler's alert can name a failed run
-    try:
-        job.run()
+    fresh = not job.paths.root.exists()
+    try:  # the run is named once its data proved usable, so a scheduler's alert can name a run that failed later
+        job.run(on_prepared=lambda root: print(f"run directory: {root}", flush=True))
     except GateError:
         print_evaluation(job)  # what was refused, then the one error line (exit 3)
+        raise
+    except InputError:
+        if fresh and not job.stages.is_done("train"):  # bad data: no half-made run is left behind
+            shutil.rmtree(job.paths.root, ignore_errors=True)
         raise
     print_evaluation(job)
     print(published_line(job))

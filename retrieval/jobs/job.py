@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional
 
 import ml_collections
 import numpy as np
@@ -34,7 +35,7 @@ from retrieval.data import features as features_lib
 from retrieval.data import prepare, readers
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.jobs import config_checks, gate, identity, provenance
+from retrieval.jobs import config_checks, evaluable, gate, identity, provenance
 from retrieval.jobs import warm_start as warm_start_lib
 from retrieval.jobs.locations import new_run_id
 from retrieval.jobs.publish import ModelDirectory
@@ -102,7 +103,9 @@ class TrainingJob:
         self.model_type = model_type
 
     # ------------------------------------------------------------------ orchestration
-    def run(self) -> Outcome:
+    def run(self, on_prepared: Optional[Callable[[Path], None]] = None) -> Outcome:
+        """Runs (or resumes) every stage; ``on_prepared`` is called with the run directory once the data is prepared
+        and found evaluable (``evaluable``): from then on a failure leaves a run worth naming."""
         self.paths.root.mkdir(parents=True, exist_ok=True)
         with self.model_dir.run_lock(self.run_id):
             run_identity = identity.RunIdentity.of(self.config)
@@ -114,6 +117,10 @@ class TrainingJob:
                 identity.check_resume(self.paths, run_identity, self.run_id)
             self._write_snapshot(run_identity)
             self.stages.run("prepare", self._prepare)
+            evaluable.check(self.paths, self.config.eval.exclude_train,
+                            "config.data.test_path" if self.config.data.split == "files" else "config.data.split")
+            if on_prepared is not None:
+                on_prepared(self.paths.root)
             self.stages.run("train", self._train)
             self.stages.run("export", self._export)
             self._write_manifest(None)  # evaluation and serving read the exported metric from it

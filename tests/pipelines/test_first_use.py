@@ -1,0 +1,39 @@
+"""What a newcomer hits with pipelines.train on data that cannot work: one line, exit 2, before any training, and no
+half-made run directory left behind."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrieval import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 300  # a cold TensorFlow import and the prepare stage on a loaded 2-core box
+
+
+def _train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.train", "--config=configs/two_tower.py",
+                           f"--output_dir={tmp_path / 'models'}", "--run_id=r1", *overrides], cwd=ROOT,
+                          capture_output=True, text=True, timeout=DEADLINE_S)
+
+
+@pytest.mark.parametrize("case", ["single_user", "test_equals_train"])
+def test_nothing_to_evaluate_is_said_before_training(tmp_path, case):
+    log = tmp_path / "log.csv"
+    users = 1 if case == "single_user" else 40
+    log.write_text("user_id,item_id,timestamp\n" + "".join(f"u{u},i{(u + i) % 30},{i}\n" for u in range(users)
+                                                             for i in range(25)))
+    overrides = [f"--config.data.train_path={log}"]
+    if case == "test_equals_train":
+        overrides += ["--config.data.split=files", f"--config.data.test_path={log}"]
+    result = _train(tmp_path, *overrides)
+    assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr[-3000:]
+    key = "config.data.test_path" if case == "test_equals_train" else "config.data.split"
+    errors = [line for line in result.stderr.splitlines() if "nothing can be evaluated" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"error: field '{key}': nothing can be evaluated: none of the")
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    assert "stage train" not in result.stderr  # refused before training
+    assert "run directory:" not in result.stdout
+    assert not (tmp_path / "models" / "two_tower" / "r1").exists()
