@@ -360,6 +360,37 @@ def _shards(c: Mapping[str, Any]) -> Iterator[Problem]:
                                   f"{MIN_SHARD_BYTES // 1024} KiB each; use at most {most}")
 
 
+def _vector_dimension(c: Mapping[str, Any]) -> Optional[int]:
+    """The width of the vectors the index will hold (None when the config does not say)."""
+    return c.get("item2vec.dim") if c.get("model_type") == "item2vec" else c.get("model.embedding_dim")
+
+
+def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """``index.factory`` is a string FAISS can build at the model's dimension (``auto`` always is): checked here,
+    not after the whole training."""
+    factory, dimension = str(c.get("index.factory", "auto")).strip(), _vector_dimension(c)
+    if factory.lower() == "auto" or not dimension:
+        return
+    import faiss  # about a second, only for an explicit factory
+
+    try:
+        faiss.index_factory(int(dimension), factory)
+    except RuntimeError as e:
+        reason = " ".join(str(e).split()).rpartition("Error: ")[2]  # FAISS's own words, without its C++ location
+        yield "index.factory", f"FAISS cannot build {shown(factory)} for vectors of dimension {dimension}: {reason}"
+
+
+def check_index(config: Mapping, n_items: int) -> None:
+    """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items`` (known
+    once the data is prepared: checked then, before training)."""
+    from retrieval.index.factory import codebook_size
+
+    factory = str(config["index"]["factory"]).strip()
+    if factory.lower() != "auto" and codebook_size(factory) > n_items:
+        raise InputError(f"{factory!r} trains {codebook_size(factory)} centroids, more than the {n_items} items of the "
+                         f"catalogue; use fewer IVF lists, fewer PQ bits, or Flat", field="config.index.factory")
+
+
 def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     model_type = c.get("model_type", "two_tower")
     needed = {"two_tower": ("model.embedding_dim", "train.epochs"), "item2vec": ("item2vec.epochs",)}
@@ -479,7 +510,7 @@ def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
 
 
 CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
-    _data, _columns, _shards, _model, _machine, _memory, _gate_metrics, _gate_lift)
+    _data, _columns, _shards, _index_factory, _model, _machine, _memory, _gate_metrics, _gate_lift)
 
 
 def config_problems(config: Mapping) -> list[Problem]:

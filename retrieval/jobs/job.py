@@ -33,7 +33,7 @@ from retrieval import artifacts
 from retrieval.data import engine as engine_lib
 from retrieval.data import features as features_lib
 from retrieval.data import prepare, readers
-from retrieval.data.vocab import Vocabulary
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.jobs import config_checks, evaluable, gate, identity, provenance
 from retrieval.jobs import warm_start as warm_start_lib
@@ -119,6 +119,7 @@ class TrainingJob:
             self.stages.run("prepare", self._prepare)
             evaluable.check(self.paths, self.config.eval.exclude_train,
                             "config.data.test_path" if self.config.data.split == "files" else "config.data.split")
+            config_checks.check_index(self.config, Vocabulary.load(self.paths.item_vocab).size - NUM_RESERVED)
             if on_prepared is not None:
                 on_prepared(self.paths.root)
             self.stages.run("train", self._train)

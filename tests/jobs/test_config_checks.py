@@ -423,3 +423,11 @@ def test_several_mistakes_are_reported_together():
     assert "config.train.epochs: must be an integer in [1, 10000], got 0" in message
     assert "config.data.item_column: data/interactions.csv has no column(s) ['sku']" in message
     assert "\n" not in message
+
+
+def test_an_index_larger_than_the_catalogue_is_refused_before_training():
+    config = with_value(shipped("two_tower"), "index.factory", "IVF4096,Flat")
+    config_checks.validate_config(config)  # FAISS can build it...
+    with pytest.raises(InputError, match=r"config\.index\.factory.*4096 centroids, more than the 2000 items"):
+        config_checks.check_index(config, 2000)  # ...but not train it on this catalogue
+    config_checks.check_index(with_value(config, "index.factory", "auto"), 10)
