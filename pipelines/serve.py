@@ -10,6 +10,7 @@ says otherwise. Every run, the first included, is served only after it passed th
 (``retrieval.serving.canary``); a first run that fails it exits with code 2 and one line saying why.
 """
 
+import os
 from typing import Sequence
 
 from absl import flags
@@ -49,8 +50,9 @@ flags.DEFINE_float("read_timeout_s", READ_TIMEOUT_S, "Seconds a client has to se
 flags.DEFINE_integer("canary_users", CANARY_USERS, "Training users whose queries the canary sends to a new run.")
 flags.DEFINE_float("canary_recall_floor", CANARY_RECALL_FLOOR, "Recall against exact search a new run's index must "
                                                                "reach on the canary's users to be served.")
-flags.DEFINE_integer("workers", 1, "Server processes sharing the port (about one per core; see docs/serving.md). "
-                                   "Each loads the run and reloads 'latest' itself.")
+flags.DEFINE_integer("workers", 1, "Server processes sharing the port (about one per core, at most this machine's "
+                                   "cores; see docs/serving.md). Each loads the run and reloads 'latest' itself.",
+                     lower_bound=1, upper_bound=os.cpu_count() or 1)
 flags.DEFINE_bool("mmap_index", True, "Memory-map the FAISS index file (workers share one copy in the page cache).")
 flags.DEFINE_enum("log_level", "info", ["critical", "error", "warning", "info", "debug"], "uvicorn log level.")
 
