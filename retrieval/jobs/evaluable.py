@@ -1,17 +1,20 @@
-"""Whether a prepared run can be evaluated at all, checked before any training.
+"""What a prepared run's data must allow, checked before any training: that it can be evaluated at all, and that
+an Item2Vec run's item ids fit the word2vec files it will export.
 
 A test pair is *rankable* when its user has training history, its item is in the catalogue (the vocabulary built
 from the training part) and, with ``eval.exclude_train``, the item is not already among the user's training items:
 the evaluation scores exactly these (``retrieval.evaluation.evaluator``). A run with none (a single-user log, test
 users all unknown under ``data.unknown_policy=keep``, a test file equal to the training file) could only end after
-its whole training with a metric missing from the evaluation; it is refused here, in one line, instead.
+its whole training with a metric missing from the evaluation; it is refused here, in one line, instead. Likewise
+an item id with whitespace, which word2vec's format cannot hold (``check_word2vec_ids``: named by its row in the
+input file, not in the vocabulary).
 """
 
 from __future__ import annotations
 
 from retrieval import artifacts
-from retrieval.data import readers
-from retrieval.data.vocab import Vocabulary
+from retrieval.data import prepare, readers, validate
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 
 
@@ -41,3 +44,20 @@ def check(paths: artifacts.RunPaths, exclude_train: bool, test_key: str) -> None
     raise InputError(f"nothing can be evaluated: {why} (a single-user log, test users unknown to training, or a test "
                      "file equal to the training data?)", field=test_key)
 
+
+
+def check_word2vec_ids(paths: artifacts.RunPaths, settings: prepare.Settings) -> None:
+    """Raises ``InputError`` naming the input file and row of the first item id that word2vec's format cannot hold
+    (``validate.first_spaced_id``), found in the prepared vocabulary and located by a scan of the input files."""
+    ids = list(Vocabulary.load(paths.item_vocab).ids[NUM_RESERVED:])
+    spaced = validate.first_spaced_id(ids)
+    if spaced is None:
+        return
+    message = (f"item id {ids[spaced]!r} is empty or contains whitespace, which the word2vec files of an Item2Vec "
+               "run cannot hold; clean the ids or train configs/two_tower.py")
+    for _, path in settings.sources:
+        for frame in readers.interaction_batches(path, settings.format, settings.columns):
+            found = frame.index[frame["item_id"] == ids[spaced]]
+            if len(found):
+                raise InputError(message, path=path, column=settings.columns.item, row=int(frame["row"][found[0]]))
+    raise InputError(message, path=settings.sources[0][1], column=settings.columns.item)

@@ -120,6 +120,8 @@ class TrainingJob:
             evaluable.check(self.paths, self.config.eval.exclude_train,
                             "config.data.test_path" if self.config.data.split == "files" else "config.data.split")
             config_checks.check_index(self.config, Vocabulary.load(self.paths.item_vocab).size - NUM_RESERVED)
+            if self.model_type == "item2vec":
+                evaluable.check_word2vec_ids(self.paths, prepare.Settings.from_config(self.config, self.paths.root))
             if on_prepared is not None:
                 on_prepared(self.paths.root)
             self.stages.run("train", self._train)

@@ -37,3 +37,18 @@ def test_nothing_to_evaluate_is_said_before_training(tmp_path, case):
     assert "stage train" not in result.stderr  # refused before training
     assert "run directory:" not in result.stdout
     assert not (tmp_path / "models" / "two_tower" / "r1").exists()
+
+
+def test_item2vec_ids_with_whitespace_are_refused_before_training_by_their_row_in_the_file(tmp_path):
+    log = tmp_path / "log.csv"
+    rows = [f"u{u},i{(u + i) % 30},{i}" for u in range(40) for i in range(25)]
+    rows[123] = rows[123].split(",")[0] + ",shoe 42," + rows[123].split(",")[2]
+    log.write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    result = subprocess.run([sys.executable, "-m", "pipelines.train", "--config=configs/item2vec.py",
+                             f"--output_dir={tmp_path / 'models'}", "--run_id=r1", f"--config.data.train_path={log}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: file {log}, column 'item_id', row 123: item id 'shoe 42' is empty or contains whitespace, which the "
+        "word2vec files of an Item2Vec run cannot hold; clean the ids or train configs/two_tower.py")
+    assert "stage train" not in result.stderr
