@@ -86,6 +86,9 @@ def test_candidates_over_http_equal_the_library(client, model_dir):
     assert body["history_source"] == "request" and not body["fallback"] and body["model_version"] == "1"
     cold = client.post("/v1/candidates", json={"user_id": "nobody", "k": 4}).json()
     assert cold["fallback"] and len(cold["items"]) == 4
+    counts = [item["count"] for item in cold["items"]]  # popularity counts, never in the field of similarities
+    assert all(item["score"] is None for item in cold["items"]) and counts == sorted(counts, reverse=True) > [0]
+    assert all(item["count"] is None for item in body["items"])
 
 
 def test_similar_model_health_and_openapi(client, model_dir):
