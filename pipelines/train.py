@@ -57,7 +57,7 @@ def print_evaluation(job) -> None:
               f"every metric: {job.paths.report}")
     decision = job.stages.summary("gate")
     if decision and decision.get("checked"):
-        print(f"gate {'passed' if decision['passed'] else 'refused'}: {'; '.join(decision['checked'])}")
+        print(f"gate {'passed' if decision['passed'] else 'refused'}:", *decision["checked"], sep="\n  ")
 
 
 def main(argv):

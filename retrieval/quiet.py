@@ -37,9 +37,8 @@ _NOISE = re.compile(rb"[IWE]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\]|WARNING: All log mes
                     rb"To enable the following instructions:")
 _JOIN_TIMEOUT_S = 5.0
 # logger -> pattern of the messages dropped from it (None: every record below WARNING)
-NOISY_RECORDS = {"faiss.loader": None,
-                 "tensorflow": re.compile(r"Sharding callback duration|.* with unsupported characters which will be "
-                                          r"renamed")}
+_TF_CHATTER = re.compile(r"Sharding callback duration|.* with unsupported characters which will be renamed")
+NOISY_RECORDS = {"faiss.loader": None, "tensorflow": _TF_CHATTER, "absl": _TF_CHATTER}  # TF logs through both
 
 
 class _DropNoise(logging.Filter):
@@ -56,6 +55,8 @@ class _DropNoise(logging.Filter):
 
 
 def _set_log_filters(on: bool) -> None:
+    from absl import logging as absl_logging  # noqa: F401  (absl creates its "absl" logger first, of its own class)
+
     for name, pattern in NOISY_RECORDS.items():
         logger = logging.getLogger(name)
         for old in [f for f in logger.filters if isinstance(f, _DropNoise)]:

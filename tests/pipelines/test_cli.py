@@ -129,7 +129,7 @@ def test_faiss_loader_and_tensorflow_chatter_stay_out_of_the_log(monkeypatch):
         quiet.install()
         logging.getLogger("faiss.loader").info("Could not load library with AVX512-SPR support due to: "
                                                "ModuleNotFoundError(\"No module named 'faiss.swigfaiss_avx512_spr'\")")
-        logging.getLogger("tensorflow").info("Sharding callback duration: 21 microseconds")
+        logging.getLogger("absl").info("Sharding callback duration: 21 microseconds")
         logging.getLogger("tensorflow").info("Function `serve` contains input name(s) x with unsupported characters "
                                              "which will be renamed to y in the SavedModel.")
         logging.getLogger("tensorflow").info("a line of our own")
