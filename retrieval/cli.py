@@ -35,6 +35,9 @@ EXIT_FAILURE = 1
 EXIT_INPUT_ERROR = 2
 EXIT_GATE_REFUSED = 3
 EXIT_LOCKED = 4
+# tf.errors raised in the chief when a parameter-server task went away mid-step (matched by name: no TensorFlow here)
+LOST_TASK_ERRORS = ("UnavailableError", "AbortedError")
+LOST_TASK_ADVICE = ("the run keeps its last checkpoint: restart the lost task and rerun the same run id to resume")
 LATEST_KEPT = "latest stays on"  # pipelines.train's last line when a run published to its lineage only
 _HELP = re.compile(r"-{1,2}(help|helpshort|helpfull|helpxml|\?)|-h")
 
@@ -156,5 +159,12 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
         except LockedError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(EXIT_LOCKED)
+        except Exception as e:
+            if type(e).__name__ not in LOST_TASK_ERRORS or not type(e).__module__.startswith("tensorflow"):
+                raise
+            reason = " ".join(str(getattr(e, "message", e)).split())[:300]
+            print(f"error: parameter-server training stopped: a task of the cluster is unreachable ({reason}); "
+                  f"{LOST_TASK_ADVICE}", file=sys.stderr)
+            sys.exit(EXIT_INPUT_ERROR)
 
     app.run(guarded, flags_parser=parse_flags)
