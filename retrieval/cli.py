@@ -18,6 +18,7 @@ loads them (and applies the overrides) when :func:`run` parses the command line,
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -160,7 +161,8 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(EXIT_LOCKED)
         except Exception as e:
-            if type(e).__name__ not in LOST_TASK_ERRORS or not type(e).__module__.startswith("tensorflow"):
+            if (type(e).__name__ not in LOST_TASK_ERRORS or not type(e).__module__.startswith("tensorflow")
+                    or "TF_CONFIG" not in os.environ):  # only a cluster's chief has tasks to lose
                 raise
             reason = " ".join(str(getattr(e, "message", e)).split())[:300]
             print(f"error: parameter-server training stopped: a task of the cluster is unreachable ({reason}); "

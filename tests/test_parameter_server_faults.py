@@ -167,7 +167,8 @@ def test_a_lost_ps_task_raising_in_the_chief_exits_2_with_one_line():
             "def main(argv):\n    raise tf.errors.UnavailableError(None, None, 'Socket closed\\n"
             "Additional GRPC error information from remote target /job:ps/replica:0/task:0')\ncli.run(main)\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CONFIG": json.dumps(
+                                {"cluster": CLUSTER, "task": {"type": "chief", "index": 0}})})
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines() == [
         "error: parameter-server training stopped: a task of the cluster is unreachable (Socket closed Additional GRPC "
