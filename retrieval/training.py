@@ -37,6 +37,7 @@ from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad
+from retrieval.resumable_stopping import ResumableEarlyStopping
 from retrieval.settings import (  # noqa: F401
     JIT_COMPILE,
     OPTIMIZERS,
@@ -333,7 +334,11 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         early = None
         if evaluate_fn is not None:
             callbacks.append(EvaluateCallback(evaluate_fn, config.eval_metric_name, config.eval_every_epochs))
-            if config.early_stopping_patience > 0:
+            if config.early_stopping_patience > 0 and manager is not None:  # its state resumes with the run
+                early = ResumableEarlyStopping(config.eval_metric_name, config.early_stopping_patience,
+                                               Path(manager.directory), manager, step // steps_per_epoch)
+                callbacks.append(early)
+            elif config.early_stopping_patience > 0:
                 early = tf.keras.callbacks.EarlyStopping(config.eval_metric_name, mode="max",
                                                          patience=config.early_stopping_patience,
                                                          restore_best_weights=True)
@@ -357,6 +362,9 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         scores = history.history.get(config.eval_metric_name)
         best_epoch = (step // steps_per_epoch + config.eval_every_epochs * (int(np.argmax(scores)) + 1)
                       if scores else None)
+        if isinstance(early, ResumableEarlyStopping) and early.scores:  # the whole run's, before a resume too
+            history.history[config.eval_metric_name] = [score for _, score in early.scores]
+            best_epoch = early.best_epoch_number()
         return FitResult(history=history.history, step=int(model.optimizer.iterations.numpy()), best_metric=best,
                          stopped_early=bool(early is not None and early.stopped_epoch > 0), best_epoch=best_epoch)
     finally:
