@@ -2,6 +2,7 @@
 as printed, the model row within the documented floating-point tolerance), and the own-data command followed by the
 README's ``serve`` command serves the run that command just trained (not the bundled one)."""
 
+import itertools
 import re
 import shlex
 import socket
@@ -29,15 +30,13 @@ def _bash_blocks() -> list[list[str]]:
 
 def _table(text: str) -> dict:
     """{system: [cell, ...]} of the first Markdown table with a "system" header in ``text``."""
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
-    start = next(i for i, row in enumerate(rows) if row.startswith("| system |"))
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| system |"))
     table = {}
-    for row in rows[start + 1:]:
+    for row in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]):
         cells = [cell.strip() for cell in row.strip("|").split("|")]
-        if cells[0].startswith("---") or not cells[0]:
-            continue
         table[cells[0]] = cells[1:]
-    return {"header": rows[start], **table}
+    return {"header": lines[start], **table}
 
 
 def _numbers(cells: list[str]) -> list[float]:
