@@ -225,3 +225,13 @@ def test_steps_per_execution_divides_the_callback_periods_and_is_one_mid_epoch()
     assert training.steps_per_execution(train_config(steps_per_execution=8, checkpoint_every_steps=1), strategy, 0,
                                         6) == 1
     assert training.steps_per_execution(train_config(steps_per_execution=4), strategy, 4, 6) == 1  # resumed mid-epoch
+
+
+def test_the_epoch_line_has_real_totals_the_best_and_an_eta_bounded_by_patience():
+    from types import SimpleNamespace
+
+    early = SimpleNamespace(monitor="val_recall", best=0.2793, best_epoch=1, patience=8, wait=1)  # best: epoch 2
+    line = training.progress_line(3, 40, {"epoch_loss": 5.32951, "epoch_val_recall": 0.27467}, early, 0.05, 138)
+    assert line == ("epoch 3/40  loss 5.3295  val_recall 0.2747  best 0.2793 at epoch 2  ETA 0m48s; stops by epoch 10 "
+                    "unless it improves")  # 7 epochs of 138 steps at 0.05 s
+    assert training.progress_line(39, 40, {"epoch_loss": 1.0}, None, 0.05, 138) == "epoch 39/40  loss 1.0000  ETA 0m07s"
