@@ -209,8 +209,9 @@ class TrainingJob:
         out = {"steps": fit_result.step, "best_metric": fit_result.best_metric, "best_epoch": fit_result.best_epoch,
                "stopped_early": fit_result.stopped_early, "sparse_updates": getattr(model.optimizer, "sparse_updates", False),
                "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
-        if tuning is not None:
-            out.update(tuning=tuning, refit=True, history=fit_result.history)
+        if tuning is not None:  # the refit has no validation: its best epoch and metric are the tuning's
+            out.update(tuning=tuning, refit=True, history=fit_result.history, best_epoch=tuning["best_epoch"],
+                       best_metric=tuning["best_metric"], stopped_early=tuning["stopped_early"])
         return out
 
     def _holdout(self) -> Optional[dict]:

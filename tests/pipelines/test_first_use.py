@@ -52,3 +52,16 @@ def test_item2vec_ids_with_whitespace_are_refused_before_training_by_their_row_i
         f"error: file {log}, column 'item_id', row 123: item id 'shoe 42' is empty or contains whitespace, which the "
         "word2vec files of an Item2Vec run cannot hold; clean the ids or train configs/two_tower.py")
     assert "stage train" not in result.stderr
+
+
+def test_a_bad_timestamp_names_its_row_once_and_leaves_no_run_behind(tmp_path):
+    log = tmp_path / "log.csv"
+    rows = [f"u{u},i{(u + i) % 30},{1000 + i}" for u in range(40) for i in range(25)]
+    rows[57] = "u2,i7,yesterday"
+    log.write_text("user_id,item_id,timestamp\n" + "\n".join(rows) + "\n")
+    result = _train(tmp_path, f"--config.data.train_path={log}")
+    assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if "yesterday" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"error: file {log}, column 'timestamp', row 57")
+    assert "run directory:" not in result.stdout
+    assert not (tmp_path / "models" / "two_tower" / "r1").exists()
