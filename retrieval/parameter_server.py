@@ -150,8 +150,7 @@ def stop_chief(reason: str) -> NoReturn:
     """Ends this process at once with exit 2 and one line: the coordinator's wait cannot be interrupted from Python,
     and the run is left as a crash leaves it, resumable from its last checkpoint."""
     message = f"parameter-server training stopped: {reason}; {LOST_TASK_ADVICE}"
-    logging.error(message)
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    print(f"error: {message}", file=sys.stderr, flush=True)  # once: not logged as well
     os._exit(EXIT_INPUT_ERROR)
 
 

@@ -155,6 +155,7 @@ def test_the_chief_ends_with_exit_2_when_its_only_worker_dies(tmp_path):
     print(f"the chief exited {elapsed:.1f} s after its only worker was killed (timeout {TIMEOUT_S} s)")
     assert chief.returncode == 2, stderr[-3000:]
     assert "parameter-server training stopped: no worker reachable" in stderr
+    assert stderr.count("parameter-server training stopped") == 1  # said once
     assert "rerun the same run id to resume" in stderr
     assert elapsed < TIMEOUT_S + 30, elapsed
     assert any((tmp_path / "checkpoints").glob("ckpt*")), "no checkpoint to resume from"
