@@ -117,11 +117,6 @@ class TrainingJob:
                 identity.check_resume(self.paths, run_identity, self.run_id)
             self._write_snapshot(run_identity)
             self.stages.run("prepare", self._prepare)
-            evaluable.check(self.paths, self.config.eval.exclude_train,
-                            "config.data.test_path" if self.config.data.split == "files" else "config.data.split")
-            config_checks.check_index(self.config, Vocabulary.load(self.paths.item_vocab).size - NUM_RESERVED)
-            if self.model_type == "item2vec":
-                evaluable.check_word2vec_ids(self.paths, prepare.Settings.from_config(self.config, self.paths.root))
             if on_prepared is not None:
                 on_prepared(self.paths.root)
             self.stages.run("train", self._train)
@@ -172,7 +167,18 @@ class TrainingJob:
         settings = prepare.Settings.from_config(self.config, self.paths.root)
         with engine_lib.open_engine(d.engine if settings.num_shards > 1 else "embedded", d.engine_address,
                                     d.engine_workers, timeout_s=d.engine_timeout_s) as engine:
-            return prepare.run(settings, engine, d.order, self._warm_start_source()).as_dict()
+            summary = prepare.run(settings, engine, d.order, self._warm_start_source()).as_dict()
+        self._check_prepared(settings)
+        return summary
+
+    def _check_prepared(self, settings: prepare.Settings) -> None:
+        """What only the prepared data can tell, before any training (``InputError``; the stage then reruns): that
+        something can be evaluated, that the index fits the catalogue, that Item2Vec's ids fit word2vec files."""
+        evaluable.check(self.paths, self.config.eval.exclude_train,
+                        "config.data.test_path" if self.config.data.split == "files" else "config.data.split")
+        config_checks.check_index(self.config, Vocabulary.load(self.paths.item_vocab).size - NUM_RESERVED)
+        if self.model_type == "item2vec":
+            evaluable.check_word2vec_ids(self.paths, settings)
 
     def _warm_start_source(self) -> Optional[artifacts.RunPaths]:
         """The published run whose vocabularies (and id tables) a warm start keeps (``publish.warm_start``)."""
