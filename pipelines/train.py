@@ -8,7 +8,10 @@ Rerunning a run id resumes it (finished stages are skipped, training resumes fro
 was started with the same configuration and input files; otherwise it exits 2 (use a new run id or --force).
 Everything is validated before any work and before TensorFlow loads (``retrieval.jobs.config_checks``: every config
 key, the run id, the output directory, the input files and their columns, the gate's metric names), so a mistake
-answers in seconds.
+answers in seconds; what only the prepared data can tell (nothing to evaluate, an index larger than the catalogue,
+ids Item2Vec cannot export) is refused before training, and bad data leaves no run directory behind.
+Stdout: ``run directory: ...`` once the data is prepared, the evaluation's headline table, what the gate compared,
+and a last line saying what was published where and what ``latest`` names (progress goes to the log on stderr).
 Exit codes: 0 published, 1 unexpected failure, 2 bad input or config, 3 quality gate refused (latest untouched),
 4 another process holds this run.
 """
