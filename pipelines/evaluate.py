@@ -1,6 +1,6 @@
 """Evaluates a trained run: full-corpus exact ranking, metrics with 95% intervals, baselines, report.
 
-    python -m pipelines.evaluate --run_dir=artifacts/two_tower/latest [--test_path=test.csv] [--ks=10,20,50,100]
+    python -m pipelines.evaluate --run_dir=artifacts/two_tower [--test_path=test.csv] [--ks=10,20,50,100]
 
 Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run directory, or ``--output_dir``
 (atomically), and prints the headline numbers. Settings not given on the command line come from the run's
@@ -13,17 +13,16 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from retrieval import cli
+from retrieval import cli, settings
 from retrieval.errors import InputError
 from retrieval.jobs import locations
 
-_RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory to evaluate (holds data/, user_tower/, "
-                               "item_embeddings.parquet, manifest.json); the report is written into it.")
+_RUN = cli.RunDirFlags("evaluate (the report is written into its run directory unless --output_dir says otherwise)")
 _TEST_PATH = flags.DEFINE_string("test_path", None, "Explicit test file (csv, tsv, parquet, movielens or user_items "
                                  "with canonical columns) instead of the run's data/test.parquet.")
 _KS = flags.DEFINE_list("ks", None, "Cut-offs k, comma separated, e.g. 10,20,50,100. Default: the run's eval.ks.")
 _BASELINES = flags.DEFINE_list("baselines", None, "Baselines computed in the same run, comma separated, among "
-                               "most_popular, random, item_knn; 'none' for none. Default: the run's eval.baselines.")
+                               f"{', '.join(settings.BASELINES)}; 'none' for none. Default: the run's eval.baselines.")
 _BOOTSTRAP = flags.DEFINE_integer("bootstrap", None, "Bootstrap resamples over users for 95% intervals and paired "
                                   "tests; 0 disables them. Default: the run's eval.bootstrap, else 1000.")
 _SEED = flags.DEFINE_integer("seed", None, "Seed of the bootstrap and the random baseline. Default: the run's seed.")
@@ -51,13 +50,12 @@ def _ints(values: Sequence[str], flag: str) -> list[int]:
         raise InputError(f"expected integers, got {','.join(values)}", field=flag) from None
 
 
-def _check_flags(ks: Optional[list[int]]) -> None:
+def _check_flags(run_dir: str, ks: Optional[list[int]]) -> None:
     """Paths and numbers of the command line, before TensorFlow loads (exit 2 at once on a mistake)."""
-    locations.check_input(_RUN_DIR.value, "run_dir", kind="dir")
     for flag, kind in ((_TEST_PATH, "any"), (_ANN_INDEX, "file"), (_COMPARE, "dir")):
         if flag.value:
             locations.check_input(flag.value, flag.name, kind)
-    locations.check_writable_dir(_OUTPUT_DIR.value or _RUN_DIR.value, "output_dir")
+    locations.check_writable_dir(_OUTPUT_DIR.value or run_dir, "output_dir")
     if ks is not None and min(ks) < 1:
         raise InputError(f"every k must be at least 1, got {','.join(map(str, ks))}", field="ks")
     if _BOOTSTRAP.value is not None and _BOOTSTRAP.value < 0:
@@ -65,14 +63,15 @@ def _check_flags(ks: Optional[list[int]]) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    cli.check_arguments(argv, _RUN_DIR)
+    cli.check_arguments(argv, _RUN.run_dir)
     ks = _ints(_KS.value, "ks") if _KS.value else None
-    _check_flags(ks)
+    run_dir = str(_RUN.resolve())
+    _check_flags(run_dir, ks)
     from retrieval.evaluation import runs  # TensorFlow loads only now: --help and flag errors stay instant
 
     baselines = _BASELINES.value
     metrics = runs.evaluate_run(
-        _RUN_DIR.value, ks=ks, test_path=_TEST_PATH.value,
+        run_dir, ks=ks, test_path=_TEST_PATH.value,
         exclude_train=False if _INCLUDE_TRAIN.value else None,
         baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
         ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value,
@@ -81,7 +80,7 @@ def main(argv: Sequence[str]) -> None:
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
           f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "
           f"ndcg@{k}={metrics.get(f'ndcg@{k}', float('nan')):.4f}; "
-          f"report: {_OUTPUT_DIR.value or _RUN_DIR.value}/report.md")
+          f"report: {_OUTPUT_DIR.value or run_dir}/report.md")
 
 
 if __name__ == "__main__":

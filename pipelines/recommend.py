@@ -1,6 +1,6 @@
 """Batch inference: the top-k items for every user of a run (or for a given list of users), as Parquet.
 
-    python -m pipelines.recommend --run_dir=artifacts/two_tower/latest --k=100 --output=recs.parquet [--users=ids.txt]
+    python -m pipelines.recommend --run_dir=artifacts/two_tower --k=100 --output=recs.parquet [--users=ids.txt]
     python -m pipelines.recommend --run_dir=artifacts/two_tower --lineage=lastfm ...   # a lineage's published run
     python -m pipelines.recommend --run_dir=... --output=recs/ --sharded   # recs/part-00000.parquet, ... per chunk
 
@@ -10,7 +10,6 @@ Output columns: ``user_id`` (string), ``item_ids`` (list<string>, original ids, 
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 from absl import flags
@@ -19,10 +18,7 @@ from retrieval import cli
 from retrieval.errors import InputError
 from retrieval.jobs import locations
 
-_RUN_DIR = flags.DEFINE_string("run_dir", None, "Run directory with an exported model (user_tower/, "
-                               "item_embeddings.parquet) and data/train.parquet (histories, items to exclude).")
-_LINEAGE = flags.DEFINE_string("lineage", None, "With --run_dir a model directory: read the published run of this "
-                               "lineage (<run_dir>/lineages/<lineage>/latest) instead of <run_dir>/latest.")
+_RUN = cli.RunDirFlags("recommend from (its exported model and training data: histories, items to exclude)")
 _K = flags.DEFINE_integer("k", 100, "Number of items per user.")
 _OUTPUT = flags.DEFINE_string("output", None, "Parquet file to write (atomically), or with --sharded a directory.")
 _SHARDED = flags.DEFINE_bool("sharded", False, "Write --output as a directory of Parquet files, one per chunk of "
@@ -36,15 +32,12 @@ _INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Allow recommending i
 
 
 def main(argv: Sequence[str]) -> None:
-    cli.check_arguments(argv, _RUN_DIR, _OUTPUT)
+    cli.check_arguments(argv, _RUN.run_dir, _OUTPUT)
     if _K.value < 1:
         raise InputError(f"--k must be at least 1, got {_K.value}", field="k")
     if _CHUNK_USERS.value < 1:
         raise InputError(f"--chunk_users must be at least 1, got {_CHUNK_USERS.value}", field="chunk_users")
-    run_dir = _RUN_DIR.value
-    if _LINEAGE.value:
-        run_dir = os.path.join(locations.lineage_dir(run_dir, _LINEAGE.value), locations.LATEST)
-    locations.check_input(run_dir, "run_dir", kind="dir")
+    run_dir = str(_RUN.resolve())
     if _USERS.value:
         locations.check_input(_USERS.value, "users")
     if _SHARDED.value:

@@ -20,18 +20,17 @@ from absl import flags
 
 from retrieval import cli
 
-_RUN_DIR = flags.DEFINE_string("run_dir", None, "The model directory (its 'latest' run is refreshed), a lineage's "
-                               "directory or a run directory.")
+_RUN = cli.RunDirFlags("refresh (the published run of its lineage)")
 _TABLE = flags.DEFINE_string("item_features_path", None, "The new catalogue: an item feature table (csv, tsv, "
                              "parquet) with the trained id and feature columns, one row per item to serve.")
 _CANARY = flags.DEFINE_boolean("canary", True, "Run the serving canary on the new run before publishing it.")
 
 
 def main(argv: Sequence[str]) -> None:
-    cli.check_arguments(argv, _RUN_DIR, _TABLE)
+    cli.check_arguments(argv, _RUN.run_dir, _TABLE)
     from retrieval.jobs.refresh import refresh  # TensorFlow loads after the flags are checked
 
-    outcome = refresh(_RUN_DIR.value, _TABLE.value, canary=_CANARY.value)
+    outcome = refresh(_RUN.resolve(), _TABLE.value, canary=_CANARY.value)
     where = "latest" if outcome.latest_moved else "its lineage's latest (latest stays on another lineage)"
     print(f"published catalogue refresh {outcome.run_dir} as {where}: {outcome.items} items ({outcome.new} new, "
           f"{outcome.removed} removed, {outcome.warm} with training interactions), refreshed from "

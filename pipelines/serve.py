@@ -10,13 +10,13 @@ says otherwise. Every run, the first included, is served only after it passed th
 (``retrieval.serving.canary``); a first run that fails it exits with code 2 and one line saying why.
 """
 
+import os
 from typing import Sequence
 
 from absl import flags
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import cli
-from retrieval.jobs import locations
 from retrieval.serving.settings import (
     CANARY_RECALL_FLOOR,
     CANARY_USERS,
@@ -25,14 +25,11 @@ from retrieval.serving.settings import (
     READ_TIMEOUT_S,
     Limits,
     ServeSettings,
-    resolve_run_dir,
 )
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("run_dir", None, "A run directory, or a model directory whose 'latest' link names the published "
-                                     "run (watched: the server swaps to a newly published run without downtime).")
-flags.DEFINE_string("lineage", None, "With --run_dir a model directory: serve (and follow) the published run of "
-                                     "this lineage (<run_dir>/lineages/<lineage>) instead of <run_dir>/latest.")
+_RUN = cli.RunDirFlags("serve (a model directory is watched: the server swaps to a newly published run without "
+                      "downtime)")
 flags.DEFINE_string("host", "127.0.0.1", "Interface to bind (0.0.0.0 exposes the server to the network).")
 flags.DEFINE_integer("port", 8000, "TCP port (0 picks a free one).")
 flags.DEFINE_float("reload_interval_s", 5.0, "Seconds between checks of 'latest' for a new run (0 disables reload).")
@@ -53,23 +50,23 @@ flags.DEFINE_float("read_timeout_s", READ_TIMEOUT_S, "Seconds a client has to se
 flags.DEFINE_integer("canary_users", CANARY_USERS, "Training users whose queries the canary sends to a new run.")
 flags.DEFINE_float("canary_recall_floor", CANARY_RECALL_FLOOR, "Recall against exact search a new run's index must "
                                                                "reach on the canary's users to be served.")
-flags.DEFINE_integer("workers", 1, "Server processes sharing the port (about one per core; see docs/serving.md). "
-                                   "Each loads the run and reloads 'latest' itself.")
+flags.DEFINE_integer("workers", 1, "Server processes sharing the port (about one per core, at most this machine's "
+                                   "cores; see docs/serving.md). Each loads the run and reloads 'latest' itself.",
+                     lower_bound=1, upper_bound=os.cpu_count() or 1)
 flags.DEFINE_bool("mmap_index", True, "Memory-map the FAISS index file (workers share one copy in the page cache).")
 flags.DEFINE_enum("log_level", "info", ["critical", "error", "warning", "info", "debug"], "uvicorn log level.")
-flags.mark_flag_as_required("run_dir")
 
 
 def main(argv: Sequence[str]) -> None:
-    cli.check_arguments(argv)
+    cli.check_arguments(argv, _RUN.run_dir)
     limits = Limits(max_k=FLAGS.max_k, max_history=FLAGS.max_history, max_exclude=FLAGS.max_history,
                     max_body_bytes=FLAGS.max_body_bytes)
-    run_dir = locations.lineage_dir(FLAGS.run_dir, FLAGS.lineage) if FLAGS.lineage else FLAGS.run_dir
+    _RUN.resolve()  # a wrong --run_dir is refused before TensorFlow loads (exit 2 in about a second)
+    run_dir = _RUN.watched()
     settings = ServeSettings(run_dir, FLAGS.host, FLAGS.port, FLAGS.reload_interval_s, limits,
                              FLAGS.faiss_threads or None, FLAGS.batch_max_size, FLAGS.batch_max_wait_ms / 1000,
                              FLAGS.read_timeout_s, FLAGS.canary_users, FLAGS.canary_recall_floor, FLAGS.mmap_index,
                              FLAGS.log_level)
-    resolve_run_dir(run_dir)  # a wrong --run_dir is refused before TensorFlow loads (exit 2 in about a second)
     from retrieval.serving.workers import serve  # imports TensorFlow
 
     serve(settings, FLAGS.workers)

@@ -18,21 +18,28 @@ loads them (and applies the overrides) when :func:`run` parses the command line,
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Callable, Sequence
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from retrieval import quiet
 from retrieval.errors import GateError, InputError
+from retrieval.jobs import locations
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_INPUT_ERROR = 2
 EXIT_GATE_REFUSED = 3
 EXIT_LOCKED = 4
+# tf.errors raised in the chief when a parameter-server task went away mid-step (matched by name: no TensorFlow here)
+LOST_TASK_ERRORS = ("UnavailableError", "AbortedError")
+LOST_TASK_ADVICE = ("the run keeps its last checkpoint: restart the lost task and rerun the same run id to resume")
+LATEST_KEPT = "latest stays on"  # pipelines.train's last line when a run published to its lineage only
 _HELP = re.compile(r"-{1,2}(help|helpshort|helpfull|helpxml|\?)|-h")
 
 
@@ -51,6 +58,30 @@ def define_config_file(name: str, default: str, help_string: str):
     holder = config_flags.DEFINE_config_file(name, None, help_string)
     flags.FLAGS[name].default_as_str = repr(default)  # what --help shows; the file is loaded by parse_flags
     return holder
+
+
+class RunDirFlags:
+    """``--run_dir`` and ``--lineage``, defined alike by every entry point that reads a trained run (evaluate,
+    recommend, serve, export) and resolved by one function (``locations.resolve_run_dir``): a run directory, a
+    ``latest`` link, or a model directory (its published run; with ``--lineage``, that lineage's)."""
+
+    def __init__(self, what: str):
+        self.run_dir = flags.DEFINE_string(
+            "run_dir", None, f"The run to {what}: a run directory, a model directory (<output_dir>/<config.name>, "
+            "whose 'latest' names the published run) or its 'latest' link.")
+        self.lineage = flags.DEFINE_string(
+            "lineage", None, "With --run_dir a model directory: the published run of this lineage "
+            "(<run_dir>/lineages/<lineage>/latest) instead of <run_dir>/latest.")
+
+    def watched(self) -> str:
+        """The directory whose ``latest`` a server follows: the model directory, or the lineage's directory."""
+        if self.lineage.value:
+            return locations.lineage_dir(self.run_dir.value, self.lineage.value)
+        return self.run_dir.value
+
+    def resolve(self) -> Path:
+        """The real run directory (InputError naming --run_dir or --lineage when there is none)."""
+        return locations.resolve_run_dir(self.run_dir.value, self.lineage.value)
 
 
 def _innermost(error: BaseException) -> str:
@@ -120,16 +151,22 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
     def guarded(argv: Sequence[str]) -> None:
         try:
             main(argv)
-        except InputError as e:
-            logging.error("input error: %s", e)
+        except InputError as e:  # printed once, not logged too (schedulers alert on the last line)
             print(f"error: {e}", file=sys.stderr)
             sys.exit(EXIT_INPUT_ERROR)
         except GateError as e:
-            logging.error("quality gate: %s", e)
             print(f"quality gate refused to publish: {e}", file=sys.stderr)
             sys.exit(EXIT_GATE_REFUSED)
         except LockedError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(EXIT_LOCKED)
+        except Exception as e:
+            if (type(e).__name__ not in LOST_TASK_ERRORS or not type(e).__module__.startswith("tensorflow")
+                    or "TF_CONFIG" not in os.environ):  # only a cluster's chief has tasks to lose
+                raise
+            reason = " ".join(str(getattr(e, "message", e)).split())[:300]
+            print(f"error: parameter-server training stopped: a task of the cluster is unreachable ({reason}); "
+                  f"{LOST_TASK_ADVICE}", file=sys.stderr)
+            sys.exit(EXIT_INPUT_ERROR)
 
     app.run(guarded, flags_parser=parse_flags)

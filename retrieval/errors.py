@@ -10,6 +10,21 @@ from __future__ import annotations
 from typing import Any, Optional
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters with the full length said, so that a message quoting a
+    user's (possibly huge) input stays one readable line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(str(value))} characters)"
+
+
+def shown_list(values: list, limit: int = 10) -> str:
+    """The first ``limit`` items of a list (each :func:`shown`), with how many more there are."""
+    head = ", ".join(shown(v, 40) for v in values[:limit])
+    return f"[{head}{f', ... {len(values) - limit} more' if len(values) > limit else ''}]"
+
+
 class InputError(ValueError):
     """A problem with user input, located as precisely as possible."""
 

@@ -38,6 +38,7 @@ import tensorflow as tf
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import parameter_server
 from retrieval.artifacts import PathLike, RunPaths, atomic_path
+from retrieval.data import validate
 from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, Vocabulary
 from retrieval.errors import InputError
 from retrieval.models.layers import MASK_BELOW, masked_mean
@@ -236,8 +237,7 @@ def write_word2vec(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray,
     ids = np.asarray(item_ids, dtype=object).astype(str)
     if vectors.ndim != 2 or len(ids) != len(vectors):
         raise InputError(f"need one vector per item id, got {len(ids)} ids and vectors of shape {vectors.shape}")
-    spaced = next((i for i, item in enumerate(ids) if not item or len(item.split()) != 1 or item.strip() != item),
-                  None)
+    spaced = validate.first_spaced_id(ids)
     if spaced is not None:
         raise InputError(f"item id {ids[spaced]!r} is empty or contains whitespace, which word2vec's format cannot "
                          "hold", row=spaced, field="item_id")

@@ -49,7 +49,7 @@ import tensorflow as tf
 from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval.cli import EXIT_INPUT_ERROR
+from retrieval.cli import EXIT_INPUT_ERROR, LOST_TASK_ADVICE
 from retrieval.errors import InputError
 from retrieval.periodic import Periodic
 
@@ -149,10 +149,8 @@ def reachable(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
 def stop_chief(reason: str) -> NoReturn:
     """Ends this process at once with exit 2 and one line: the coordinator's wait cannot be interrupted from Python,
     and the run is left as a crash leaves it, resumable from its last checkpoint."""
-    message = (f"parameter-server training stopped: {reason}; the run keeps its last checkpoint: restart the lost "
-               "task and rerun the same run id to resume")
-    logging.error(message)
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    message = f"parameter-server training stopped: {reason}; {LOST_TASK_ADVICE}"
+    print(f"error: {message}", file=sys.stderr, flush=True)  # once: not logged as well
     os._exit(EXIT_INPUT_ERROR)
 
 

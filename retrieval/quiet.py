@@ -11,7 +11,11 @@ environment does not set ``TF_CPP_MIN_LOG_LEVEL`` itself:
 * wraps the first ``import tensorflow``: while it runs, file descriptor 2 goes through a filter that drops C++ log
   lines (``I0000 00:00:...``, ``W...``, ``E...``) and absl's notice before them and passes every other line on at once.
 
-:func:`verbose` undoes both; the pipelines call it for ``--verbosity=1`` or more (``retrieval.cli``). Setting
+* drops a few Python log records that say nothing to a user of a run: FAISS's loader trying each instruction set
+  (``faiss.loader``: ``ModuleNotFoundError(... swigfaiss_avx512_spr ...)`` in every process), and TensorFlow's
+  ``Sharding callback duration`` and signature-renaming (``unsupported characters``) lines (:data:`NOISY_RECORDS`).
+
+:func:`verbose` undoes all of it; the pipelines call it for ``--verbosity=1`` or more (``retrieval.cli``). Setting
 ``TF_CPP_MIN_LOG_LEVEL`` (any value) or ``RETRIEVAL_QUIET_TF=0`` in the environment also keeps everything.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib.abc
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -31,6 +36,33 @@ LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
 _NOISE = re.compile(rb"[IWE]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\]|WARNING: All log messages before absl::|"
                     rb"To enable the following instructions:")
 _JOIN_TIMEOUT_S = 5.0
+# logger -> pattern of the messages dropped from it (None: every record below WARNING)
+_TF_CHATTER = re.compile(r"Sharding callback duration|.* with unsupported characters which will be renamed")
+NOISY_RECORDS = {"faiss.loader": None, "tensorflow": _TF_CHATTER, "absl": _TF_CHATTER}  # TF logs through both
+
+
+class _DropNoise(logging.Filter):
+    """Drops the records of :data:`NOISY_RECORDS` (never a warning or an error of FAISS's loader)."""
+
+    def __init__(self, pattern):
+        super().__init__()
+        self.pattern = pattern
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.pattern is None:
+            return record.levelno >= logging.WARNING
+        return not self.pattern.match(record.getMessage())
+
+
+def _set_log_filters(on: bool) -> None:
+    from absl import logging as absl_logging  # noqa: F401  (absl creates its "absl" logger first, of its own class)
+
+    for name, pattern in NOISY_RECORDS.items():
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, _DropNoise)]:
+            logger.removeFilter(old)
+        if on:
+            logger.addFilter(_DropNoise(pattern))
 
 
 def _forward(read_fd: int, write_fd: int) -> None:
@@ -96,11 +128,14 @@ def install() -> None:
     if os.environ.get(QUIET_ENV) == "1" and "tensorflow" not in sys.modules:
         _remove_finder()
         sys.meta_path.insert(0, _QuietTensorFlowImport())
+    _set_log_filters(os.environ.get(QUIET_ENV) == "1")
 
 
 def verbose() -> None:
-    """TensorFlow's start-up and C++ log lines are shown (before TensorFlow loads; afterwards only the level moves)."""
+    """TensorFlow's start-up and C++ log lines are shown (before TensorFlow loads; afterwards only the level moves),
+    and the Python log records of :data:`NOISY_RECORDS` too."""
     _remove_finder()
+    _set_log_filters(False)
     if os.environ.get(QUIET_ENV) == "1":
         os.environ[QUIET_ENV] = "0"
         os.environ[LEVEL_ENV] = "0"

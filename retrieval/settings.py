@@ -55,8 +55,8 @@ def default_train_config() -> ml_collections.ConfigDict:
     # mid-epoch.
     config.steps_per_execution = 4
     # Early stopping on the validation metric returned by evaluate_fn (higher is better), run every
-    # eval_every_epochs epochs; stop after `patience` evaluations without improvement and restore the best weights.
-    # 0: never stop early.
+    # eval_every_epochs epochs (at least 1); stop after early_stopping_patience evaluations without improvement and
+    # restore the best weights. early_stopping_patience 0: never stop early.
     config.eval_every_epochs = 1
     config.early_stopping_patience = 0
     # With early stopping and no validation data given (data.validation_path, data.validation), the run holds out

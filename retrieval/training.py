@@ -37,6 +37,7 @@ from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad
+from retrieval.resumable_stopping import ResumableEarlyStopping
 from retrieval.settings import (  # noqa: F401
     JIT_COMPILE,
     OPTIMIZERS,
@@ -84,13 +85,18 @@ class _StepCallback(tf.keras.callbacks.Callback):
 
 class ProgressLogger(_StepCallback):
     """Logs the step, the running loss, the learning rate and the throughput (examples/s) through absl every
-    ``every_steps``, and writes them, with every numeric epoch log (``val_loss``, the validation metric), as
-    TensorBoard scalars to ``log_dir`` when given. Summaries are written with ``tf.summary.write`` and the scalars
-    plugin metadata, so the ``tensorboard`` package is needed only to view them."""
+    ``every_steps``, and one line per epoch: ``epoch i/N``, the validation metric and the best so far when
+    evaluated, and an ETA (``progress_line``); writes them, with every numeric epoch log (``val_loss``, the
+    validation metric), as TensorBoard scalars to ``log_dir`` when given. Summaries are written with
+    ``tf.summary.write`` and the scalars plugin metadata, so the ``tensorboard`` package is needed only to view
+    them. ``early``: the run's early stopping, whose patience bounds the ETA."""
 
-    def __init__(self, every_steps: int, batch_size: int, total_steps: int, log_dir: Optional[PathLike] = None):
+    def __init__(self, every_steps: int, batch_size: int, total_steps: int, log_dir: Optional[PathLike] = None,
+                 steps_per_epoch: int = 0, early: Optional[tf.keras.callbacks.EarlyStopping] = None):
         super().__init__()
         self.every_steps, self.batch_size, self.total_steps = max(int(every_steps), 1), batch_size, total_steps
+        self.steps_per_epoch, self.early = max(int(steps_per_epoch), 1), early
+        self.epochs = math.ceil(total_steps / self.steps_per_epoch)
         self._writer = tf.summary.create_file_writer(str(log_dir)) if log_dir is not None else None
         self._metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
@@ -106,6 +112,7 @@ class ProgressLogger(_StepCallback):
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         self._last_step, self._last_time = self.step, time.perf_counter()
+        self._start_step, self._start_time = self.step, self._last_time
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
@@ -118,7 +125,8 @@ class ProgressLogger(_StepCallback):
         values = {"loss": float((logs or {}).get("loss", float("nan"))),
                   "learning_rate": float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)),
                   "examples_per_second": (step - self._last_step) * self.batch_size / max(now - self._last_time, 1e-9)}
-        logging.info("step %d/%d  loss %.4f  lr %.3g  %.0f examples/s", step, self.total_steps, values["loss"],
+        logging.info("step %d (epoch %d/%d)  loss %.4f  lr %.3g  %.0f examples/s", step,
+                     min(step // self.steps_per_epoch + 1, self.epochs), self.epochs, values["loss"],
                      values["learning_rate"], values["examples_per_second"])
         self._write(values, step)
         self._last_step, self._last_time = step, now
@@ -126,6 +134,35 @@ class ProgressLogger(_StepCallback):
     def on_epoch_end(self, epoch, logs=None):
         numeric = {f"epoch_{k}": v for k, v in (logs or {}).items() if isinstance(v, (int, float, np.floating))}
         self._write(numeric, self.step)
+        seconds_per_step = (time.perf_counter() - self._start_time) / max(self.step - self._start_step, 1)
+        logging.info("%s", progress_line(epoch + 1, self.epochs, numeric, self.early, seconds_per_step,
+                                         self.steps_per_epoch))
+
+
+def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Optional[tf.keras.callbacks.EarlyStopping],
+                  seconds_per_step: float, steps_per_epoch: int) -> str:
+    """``epoch i/N``, the epoch's loss, the validation metric and the best so far, and the time left: to epoch N, or,
+    with early stopping, to the epoch where patience runs out if the metric does not improve again (it can only
+    stop there or later, at N at the latest)."""
+    line = f"epoch {epoch}/{epochs}"
+    if "epoch_loss" in logs:
+        line += f"  loss {logs['epoch_loss']:.4f}"
+    last = epochs
+    if early is not None and np.isfinite(early.best):
+        name = early.monitor
+        if f"epoch_{name}" in logs:
+            line += f"  {name} {logs[f'epoch_{name}']:.4f}"
+        best_epoch = early.best_epoch + 1
+        line += f"  best {early.best:.4f} at epoch {best_epoch}"
+        last = min(epochs, epoch + max(early.patience - early.wait, 0))
+    remaining = max(last - epoch, 0) * steps_per_epoch * seconds_per_step
+    bound = f"; stops by epoch {last} unless it improves" if last < epochs else ""
+    return f"{line}  ETA {_duration(remaining)}{bound}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
 
 
 class StopAtStep(_StepCallback):
@@ -152,8 +189,7 @@ class EvaluateCallback(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_epochs == 0 and logs is not None:
-            logs[self.name] = float(self.evaluate_fn())
-            logging.info("epoch %d  %s %.5f", epoch + 1, self.name, logs[self.name])
+            logs[self.name] = float(self.evaluate_fn())  # logged on the epoch's progress line
 
 
 class CheckpointEvery(_StepCallback):
@@ -333,12 +369,17 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         early = None
         if evaluate_fn is not None:
             callbacks.append(EvaluateCallback(evaluate_fn, config.eval_metric_name, config.eval_every_epochs))
-            if config.early_stopping_patience > 0:
+            if config.early_stopping_patience > 0 and manager is not None:  # its state resumes with the run
+                early = ResumableEarlyStopping(config.eval_metric_name, config.early_stopping_patience,
+                                               Path(manager.directory), manager, step // steps_per_epoch)
+                callbacks.append(early)
+            elif config.early_stopping_patience > 0:
                 early = tf.keras.callbacks.EarlyStopping(config.eval_metric_name, mode="max",
                                                          patience=config.early_stopping_patience,
                                                          restore_best_weights=True)
                 callbacks.append(early)
-        callbacks.append(ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir))
+        callbacks.append(ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir,
+                                        steps_per_epoch, early))
         if manager is not None:
             callbacks.append(CheckpointEvery(manager, config.checkpoint_every_steps))  # last: saves restored weights
         validation, validation_steps = None, None
@@ -357,6 +398,9 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         scores = history.history.get(config.eval_metric_name)
         best_epoch = (step // steps_per_epoch + config.eval_every_epochs * (int(np.argmax(scores)) + 1)
                       if scores else None)
+        if isinstance(early, ResumableEarlyStopping) and early.scores:  # the whole run's, before a resume too
+            history.history[config.eval_metric_name] = [score for _, score in early.scores]
+            best_epoch = early.best_epoch_number()
         return FitResult(history=history.history, step=int(model.optimizer.iterations.numpy()), best_metric=best,
                          stopped_early=bool(early is not None and early.stopped_epoch > 0), best_epoch=best_epoch)
     finally:

@@ -36,8 +36,9 @@ HEAVIEST = (
 SLOW = {
     "serving/test_serving_reload_memory.py", "jobs/test_pipeline_job.py", "jobs/test_pipeline_lineage_job.py",
     "jobs/test_pipeline_sets.py", "jobs/test_pipeline_tuning.py", "jobs/test_pipeline_streaming.py",
-    "pipelines/test_pipelines_eval.py", "test_distributed.py", "sampling/test_sampling_distributed.py",
-    "test_parameter_server.py", "serving/test_serving_workers.py", "jobs/test_catalogue_job.py",
+    "pipelines/test_pipelines_eval.py", "pipelines/test_first_use.py", "test_readme.py", "test_distributed.py",
+    "sampling/test_sampling_distributed.py", "test_parameter_server.py", "serving/test_serving_workers.py",
+    "jobs/test_catalogue_job.py",
 }
 TESTS = Path(__file__).resolve().parent
 

@@ -4,6 +4,7 @@ import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before Te
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -152,7 +153,7 @@ def test_tf_serving_dir_numbered_versions_load_through_the_serving_signature(voc
 
 def test_export_command_writes_the_latest_run_under_its_version(exported, tmp_path):
     _, paths, _ = exported
-    (paths.root / "manifest.json").write_text(json.dumps({"run_id": "r7", "version": "r7"}))
+    (paths.root / "manifest.json").write_text(json.dumps({"run_id": "r7", "version": "r7", "status": "published"}))
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "r7").symlink_to(paths.root, target_is_directory=True)
@@ -164,3 +165,41 @@ def test_export_command_writes_the_latest_run_under_its_version(exported, tmp_pa
     assert (tmp_path / "tfs" / "towers" / "5" / "saved_model.pb").is_file()
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "exists" in again.stderr.strip().splitlines()[-1]
+
+
+def _export(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.export", *args], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+
+
+@pytest.mark.parametrize("status", ["rejected", "running", None])
+def test_export_command_refuses_a_run_that_was_not_published(tmp_path, status):
+    run = tmp_path / "model" / "r1"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"run_id": "r1", **({"status": status} if status else {})}))
+    done = _export(f"--run_dir={run}", f"--base_dir={tmp_path / 'tfs'}")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: field 'run_dir': run r1 was not published (status {status!r}); export only what the gate passed, "
+        f"or pass --allow_unpublished"]
+    assert not (tmp_path / "tfs").exists()
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--base_dir=/proc/models", "field 'base_dir': /proc/models is on /proc"),
+    ("--base_dir={file}", "is a file; expected a directory"),
+    ("--name=" + "n" * 300, "field 'name': 'nnnn"),
+    ("--name=../up", "field 'name': '../up' is not a valid name"),
+    ("--version=9223372036854775808", "flag --version=9223372036854775808"),
+    ("--version=-1", "flag --version=-1"),
+])
+def test_export_command_refuses_bad_flags_in_one_line(tmp_path, flag, message):
+    run = tmp_path / "r1"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"run_id": "r1", "status": "published"}))
+    (tmp_path / "file").write_text("x")
+    args = [f"--run_dir={run}", f"--base_dir={tmp_path / 'tfs'}", flag.format(file=tmp_path / "file")]
+    done = _export(*args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and len(lines[0]) < 400, lines

@@ -155,6 +155,23 @@ def test_the_chief_ends_with_exit_2_when_its_only_worker_dies(tmp_path):
     print(f"the chief exited {elapsed:.1f} s after its only worker was killed (timeout {TIMEOUT_S} s)")
     assert chief.returncode == 2, stderr[-3000:]
     assert "parameter-server training stopped: no worker reachable" in stderr
+    assert stderr.count("parameter-server training stopped") == 1  # said once
     assert "rerun the same run id to resume" in stderr
     assert elapsed < TIMEOUT_S + 30, elapsed
     assert any((tmp_path / "checkpoints").glob("ckpt*")), "no checkpoint to resume from"
+
+
+def test_a_lost_ps_task_raising_in_the_chief_exits_2_with_one_line():
+    """Before the watchdog's timeout, the coordinator may raise the loss itself (a killed ps task): one line, exit 2,
+    no traceback, as the watchdog's own stop."""
+    code = ("import retrieval, tensorflow as tf\nfrom retrieval import cli\n"
+            "def main(argv):\n    raise tf.errors.UnavailableError(None, None, 'Socket closed\\n"
+            "Additional GRPC error information from remote target /job:ps/replica:0/task:0')\ncli.run(main)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CONFIG": json.dumps(
+                                {"cluster": CLUSTER, "task": {"type": "chief", "index": 0}})})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "error: parameter-server training stopped: a task of the cluster is unreachable (Socket closed Additional GRPC "
+        "error information from remote target /job:ps/replica:0/task:0); the run keeps its last checkpoint: restart "
+        "the lost task and rerun the same run id to resume"]

@@ -119,6 +119,35 @@ def test_early_stopping_restores_and_checkpoints_the_best_weights(data, tmp_path
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_run_killed_mid_tuning_stops_and_keeps_what_the_uninterrupted_run_does(data, tmp_path):
+    """Early stopping's state (scores, best epoch, best weights) resumes with the run: the same best epoch, the same
+    restored weights, the whole curve in the history (a resumed run used to start counting again)."""
+    items, users, examples = data
+    curve = [0.3, 0.5, 0.4, 0.2, 0.1, 0.0]  # by epoch: best at 2, patience 2 stops after epoch 4
+
+    def run(directory, crash_at=None):
+        model = build_model(model_config(), items, users)
+
+        def evaluate():
+            epoch = int(model.optimizer.iterations.numpy()) // 6  # 6 steps per epoch
+            if epoch == crash_at:
+                raise KeyboardInterrupt  # as a kill -9 after the epoch's steps, before its evaluation
+            return curve[epoch - 1]
+
+        config = train_config(epochs=6, early_stopping_patience=2, optimizer="adam", sparse_updates="on")
+        return model, training.fit(model, examples, config, checkpoint_dir=directory, evaluate_fn=evaluate)
+
+    full, expected = run(tmp_path / "full")
+    assert expected.best_epoch == 2 and expected.stopped_early
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed", crash_at=3)
+    resumed, result = run(tmp_path / "killed")
+    assert (result.best_epoch, result.best_metric, result.stopped_early) == (2, 0.5, True)
+    assert result.history["val_recall"] == expected.history["val_recall"] == [0.3, 0.5, 0.4, 0.2]
+    for a, b in zip(full.get_weights(), resumed.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_training_learns_and_logs_tensorboard_scalars(data, tmp_path):
     items, users, examples = data
     model = build_model(model_config(), items, users)
@@ -196,3 +225,13 @@ def test_steps_per_execution_divides_the_callback_periods_and_is_one_mid_epoch()
     assert training.steps_per_execution(train_config(steps_per_execution=8, checkpoint_every_steps=1), strategy, 0,
                                         6) == 1
     assert training.steps_per_execution(train_config(steps_per_execution=4), strategy, 4, 6) == 1  # resumed mid-epoch
+
+
+def test_the_epoch_line_has_real_totals_the_best_and_an_eta_bounded_by_patience():
+    from types import SimpleNamespace
+
+    early = SimpleNamespace(monitor="val_recall", best=0.2793, best_epoch=1, patience=8, wait=1)  # best: epoch 2
+    line = training.progress_line(3, 40, {"epoch_loss": 5.32951, "epoch_val_recall": 0.27467}, early, 0.05, 138)
+    assert line == ("epoch 3/40  loss 5.3295  val_recall 0.2747  best 0.2793 at epoch 2  ETA 0m48s; stops by epoch 10 "
+                    "unless it improves")  # 7 epochs of 138 steps at 0.05 s
+    assert training.progress_line(39, 40, {"epoch_loss": 1.0}, None, 0.05, 138) == "epoch 39/40  loss 1.0000  ETA 0m07s"

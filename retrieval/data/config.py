@@ -26,7 +26,8 @@ def default_data_config() -> ml_collections.ConfigDict:
     # Set data only: share of each sampled history the user tower sees in training (the rest dropped at random,
     # redrawn every epoch): a denoising regulariser like Mult-DAE's dropout; 1.0: the whole sampled history.
     config.history_keep = 1.0
-    # Column names in the input files (csv, tsv, parquet). timestamp_column may be empty when there is none.
+    # Column names in the input files (csv, tsv, parquet); each named column must exist. timestamp_column is empty
+    # when the log has no time (interactions then keep file order).
     config.user_column = "user_id"
     config.item_column = "item_id"
     config.timestamp_column = "timestamp"

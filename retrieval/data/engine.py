@@ -11,6 +11,7 @@ cluster need the run directory and the log on a shared file system.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from absl import logging
@@ -34,21 +35,46 @@ class Embedded:
 
 
 class DaskEngine:
-    """Tasks on a ``dask.distributed`` cluster; a task's exception is raised here, as the embedded engine would."""
+    """Tasks on a ``dask.distributed`` cluster; a task's exception is raised here, as the embedded engine would.
+    A cluster left without workers for ``timeout_s`` (``data.engine_timeout_s``) ends the stage with an
+    ``InputError``: Dask itself would wait for a worker forever."""
 
-    def __init__(self, client):
+    def __init__(self, client, timeout_s: float = 30.0, address: str = ""):
         self.client = client
+        self.timeout_s = timeout_s
+        self.address = address or "the local cluster"
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
         """Tasks whose worker died are rescheduled by Dask (``distributed.scheduler.allowed-failures`` times); a task
         that kills every worker it runs on ends the stage with an ``InputError`` (a rerun starts the stage again)."""
         from distributed import KilledWorker
 
+        futures = self.client.map(fn, list(items), pure=False)
         try:
-            return self.client.gather(self.client.map(fn, list(items), pure=False))
+            self._wait(futures)
+            return self.client.gather(futures)
         except KilledWorker as e:
             raise InputError(f"Dask workers died running a prepare task ({e}); check the workers' memory and logs, "
                              "then rerun: finished stages are kept", field="data.engine_address") from None
+
+    def _wait(self, futures: list) -> None:
+        """Returns when every future is done (a failed one raises in ``gather``); InputError after ``timeout_s``
+        without any worker on the cluster."""
+        workerless_since = None
+        while not all(future.done() for future in futures):
+            time.sleep(0.2)
+            if self._workers():
+                workerless_since = None
+                continue
+            workerless_since = workerless_since or time.monotonic()
+            if time.monotonic() - workerless_since > self.timeout_s:
+                self.client.cancel(futures)
+                raise InputError(f"the Dask cluster at {self.address} has had no worker for {self.timeout_s:g} s "
+                                 "(data.engine_timeout_s) with prepare tasks waiting; start workers, then rerun: "
+                                 "finished stages are kept", field="data.engine_address")
+
+    def _workers(self) -> int:
+        return len(self.client.scheduler_info().get("workers", {}))
 
 
 @contextlib.contextmanager
@@ -66,14 +92,19 @@ def open_engine(name: str, address: str = "", workers: int = 2, processes: bool 
 
     if address:
         with _connect(Client, address, timeout_s) as client:
+            try:
+                client.wait_for_workers(1, timeout=timeout_s)
+            except TimeoutError:
+                raise InputError(f"the Dask scheduler at {address!r} has no worker (waited {timeout_s:g} s, "
+                                 "data.engine_timeout_s); start workers for it", field="data.engine_address") from None
             logging.info("data preparation on the Dask cluster at %s", address)
-            yield DaskEngine(client)
+            yield DaskEngine(client, timeout_s, address)
         return
     network = {"host": "127.0.0.1"} if processes else {}  # threads in this process talk in-process, no sockets
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None,
                       **network) as cluster, Client(cluster) as client:
         logging.info("data preparation on a local Dask cluster of %d workers (%s)", workers, cluster.scheduler_address)
-        yield DaskEngine(client)
+        yield DaskEngine(client, timeout_s)
 
 
 def _connect(client_type, address: str, timeout_s: float):
@@ -99,11 +130,24 @@ def _connect(client_type, address: str, timeout_s: float):
     thread = threading.Thread(target=connect, name="dask-connect", daemon=True)
     thread.start()
     thread.join(timeout_s + 1.0)
+    if "error" in outcome:
+        _disarm(outcome["error"], client_type)
     if thread.is_alive():
         raise failure("no answer")
-    error = outcome.get("error")
+    error = outcome.pop("error", None)
     if isinstance(error, (OSError, TimeoutError, asyncio.TimeoutError, ValueError, TypeError)):
         raise failure(f"{type(error).__name__}: {error}")
     if error is not None:
         raise error
     return outcome["client"]
+
+
+def _disarm(error: BaseException, client_type) -> None:
+    """Marks the client whose constructor raised ``error`` as closed: its finaliser would otherwise try to close it
+    at exit, waiting twice the timeout and printing a ``TimeoutError`` after the one error line."""
+    trace = error.__traceback__
+    while trace is not None:
+        candidate = trace.tb_frame.f_locals.get("self")
+        if isinstance(candidate, client_type):
+            candidate.status = "closed"
+        trace = trace.tb_next

@@ -25,6 +25,12 @@ MAX_ID_LENGTH = 256
 MAX_TIMESTAMP = 2**53
 
 
+def first_spaced_id(ids: Iterable[str]) -> Optional[int]:
+    """The position of the first id that word2vec's format cannot hold (empty, or with whitespace: its separator),
+    or None. Item2Vec runs export their vectors in that format (``retrieval.export.write_word2vec``)."""
+    return next((i for i, item in enumerate(ids) if not item or len(item.split()) != 1 or item.strip() != item), None)
+
+
 @contextlib.contextmanager
 def reading(path: str | os.PathLike) -> Iterator[None]:
     """Turns a missing, unreadable or unparsable file into an ``InputError`` naming it (other errors pass through)."""

@@ -15,6 +15,7 @@ Adding a key: add one line to :data:`RULES`.
 
 from __future__ import annotations
 
+import collections
 import csv
 import math
 import os
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 from retrieval import settings
 from retrieval.data import catalogue, engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
-from retrieval.errors import InputError
+from retrieval.errors import InputError, shown, shown_list
 from retrieval.evaluation import metrics
 from retrieval.jobs import gate, identity, locations
 from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
@@ -267,27 +268,47 @@ def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
                 yield key, e.message
 
 
+MAX_HEADER_CHARS = 1 << 20  # a header line longer than this is no header (e.g. a one-line JSON file named .csv)
+
+
 def _header(path: str, format: str) -> Optional[list[str]]:
     """The column names of a csv/tsv/parquet file from its header alone (no data row is read), or None when the
-    format has no header or the header cannot be read (the reader then reports the problem with its row)."""
+    format has no header or the header cannot be read (the reader then reports the problem with its row). A first
+    line longer than :data:`MAX_HEADER_CHARS` is an ``InputError``: reading on would take minutes."""
     try:
         format = readers.guess_format(path) if format == "auto" else format
         if format == "parquet":
             return list(pq.read_schema(path).names)
-        if format in ("csv", "tsv"):
-            with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is no name
-                return next(csv.reader(handle, delimiter="," if format == "csv" else "\t"), [])
+        if format not in ("csv", "tsv"):
+            return None
+        with open(path, newline="", encoding="utf-8-sig") as handle:  # a byte-order mark is no name
+            line = handle.readline(MAX_HEADER_CHARS + 1)
+        if len(line) <= MAX_HEADER_CHARS:
+            return next(csv.reader([line], delimiter="," if format == "csv" else "\t"), [])
     except (InputError, OSError, UnicodeDecodeError, csv.Error, pa.ArrowException):
         return None
-    return None
+    raise InputError(f"{path}: the first line is longer than {MAX_HEADER_CHARS} characters; expected a {format} "
+                     f"header of column names (is this a {format} file?)")
+
+
+def _rowless(path: str, format: str) -> bool:
+    """Whether a csv/tsv/parquet file whose header was read holds no data row (read: its second line, or the
+    Parquet footer's row count)."""
+    try:
+        if format == "parquet":
+            return pq.ParquetFile(path).metadata.num_rows == 0
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
+            handle.readline(MAX_HEADER_CHARS + 1)
+            return not any(line.strip() for line in handle)  # stops at the first data row
+    except (OSError, pa.ArrowException):
+        return False
 
 
 def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
     """The named columns are in the files' headers (read before anything else, so a typo answers at once)."""
     user, item, timestamp = c.get("data.user_column"), c.get("data.item_column"), c.get("data.timestamp_column")
-    logs = {"train_path": [user, item], "test_path": [user, item], "validation_path": [user, item]}
-    if c.get("data.split") == "temporal":
-        logs["train_path"].append(timestamp)
+    named = [user, item] + ([timestamp] if timestamp else [])  # a named timestamp column must exist: without it
+    logs = {"train_path": named, "test_path": named, "validation_path": named}  # the split would be in file order
     tables = {"item_features_path": (item, "data.item_features"), "user_features_path": (user, "data.user_features")}
     for name in identity.INPUT_KEYS:
         path = c.get(f"data.{name}")
@@ -299,19 +320,83 @@ def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
             fmt = "auto"
         else:
             required, fmt = logs[name], c.get("data.format", "auto")
-        header = _header(path, fmt)
+        try:
+            header = _header(path, fmt)
+        except InputError as e:
+            yield f"data.{name}", e.message
+            continue
         if header is None:
             continue
-        repeated = sorted({column for column in header if header.count(column) > 1})
-        if repeated:
-            yield f"data.{name}", (f"{path}: duplicate column name(s) {repeated} in the header; every column needs "
-                                   f"its own name")
+        if not header or _rowless(path, fmt if fmt != "auto" else readers.guess_format(path)):
+            yield f"data.{name}", (f"{path} is empty: expected a header line of column names" if not header
+                                   else f"{path} has a header but no rows")
             continue
-        missing = [column for column in required if column not in header]
+        repeated = sorted(column for column, count in collections.Counter(header).items() if count > 1)
+        if repeated:
+            yield f"data.{name}", (f"{path}: duplicate column name(s) {shown_list(repeated)} in the header; every "
+                                   f"column needs its own name")
+            continue
+        names = set(header)
+        missing = [column for column in required if column not in names]
         if missing:
             named_by = {user: "data.user_column", item: "data.item_column", timestamp: "data.timestamp_column"}
             key = named_by.get(missing[0]) or tables[name][1]  # a log misses a named column, a table a feature
-            yield key, f"{path} has no column(s) {missing}; its columns are {header}"
+            hint = " (or data.timestamp_column='' when the log has no time)" if key == "data.timestamp_column" else ""
+            yield key, f"{path} has no column(s) {missing}; its columns are {shown_list(header)}{hint}"
+
+
+MIN_SHARD_BYTES = 16 << 10  # input bytes a partition holds at least: more partitions only multiply files and tasks
+
+
+def _shards(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """``data.num_shards`` no larger than the input files can fill (:data:`MIN_SHARD_BYTES` each): beyond that the
+    partitions are near-empty files by the ten thousand."""
+    if c.get("data.num_shards", 1) <= 1:
+        return
+    paths = [c[f"data.{name}"] for name in ("train_path", "test_path", "validation_path") if c.get(f"data.{name}")]
+    try:
+        size = sum(sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file()) if Path(p).is_dir()
+                   else Path(p).stat().st_size for p in paths)
+    except OSError:
+        return
+    streaming = c.get("data.streaming", "off")
+    if streaming == "off" or (streaming == "auto" and size < c.get("data.streaming_min_mb", 0) * (1 << 20)):
+        return  # one partition: num_shards is not used
+    most = max(1, size // MIN_SHARD_BYTES)
+    if c["data.num_shards"] > most:
+        yield "data.num_shards", (f"{c['data.num_shards']} partitions of {size} bytes of input would hold less than "
+                                  f"{MIN_SHARD_BYTES // 1024} KiB each; use at most {most}")
+
+
+def _vector_dimension(c: Mapping[str, Any]) -> Optional[int]:
+    """The width of the vectors the index will hold (None when the config does not say)."""
+    return c.get("item2vec.dim") if c.get("model_type") == "item2vec" else c.get("model.embedding_dim")
+
+
+def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
+    """``index.factory`` is a string FAISS can build at the model's dimension (``auto`` always is): checked here,
+    not after the whole training."""
+    factory, dimension = str(c.get("index.factory", "auto")).strip(), _vector_dimension(c)
+    if factory.lower() == "auto" or not dimension:
+        return
+    import faiss  # about a second, only for an explicit factory
+
+    try:
+        faiss.index_factory(int(dimension), factory)
+    except RuntimeError as e:
+        reason = " ".join(str(e).split()).rpartition("Error: ")[2]  # FAISS's own words, without its C++ location
+        yield "index.factory", f"FAISS cannot build {shown(factory)} for vectors of dimension {dimension}: {reason}"
+
+
+def check_index(config: Mapping, n_items: int) -> None:
+    """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items`` (known
+    once the data is prepared: checked then, before training)."""
+    from retrieval.index.factory import codebook_size
+
+    factory = str(config["index"]["factory"]).strip()
+    if factory.lower() != "auto" and codebook_size(factory) > n_items:
+        raise InputError(f"{factory!r} trains {codebook_size(factory)} centroids, more than the {n_items} items of the "
+                         f"catalogue; use fewer IVF lists, fewer PQ bits, or Flat", field="config.index.factory")
 
 
 def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
@@ -433,12 +518,13 @@ def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
 
 
 CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
-    _data, _columns, _model, _machine, _memory, _gate_metrics, _gate_lift)
+    _data, _columns, _shards, _index_factory, _model, _machine, _memory, _gate_metrics, _gate_lift)
 
 
 def config_problems(config: Mapping) -> list[Problem]:
-    """Every problem of ``config``: unknown keys and values breaking their rule first; the cross-key checks only
-    when every value passed (they rely on types and ranges)."""
+    """Every problem of ``config``: unknown keys and values breaking their rule first, then the cross-key checks
+    (they rely on types and ranges: one that trips on a refused value is skipped, its cause already reported), so
+    that several mistakes are reported at once."""
     flat = dict(flatten(config))
     problems = []
     for key, value in flat.items():
@@ -446,10 +532,14 @@ def config_problems(config: Mapping) -> list[Problem]:
         if rule is None:
             problems.append((key, "unknown key (no such setting; see configs/base.py and the config files)"))
         elif not rule.accepts(value):
-            problems.append((key, f"must be {rule.allowed()}, got {value!r}"))
-    if not problems:
-        for check in CROSS_CHECKS:
-            problems.extend(check(flat))
+            problems.append((key, f"must be {rule.allowed()}, got {shown(value)}"))
+    refused = {key for key, _ in problems}
+    for check in CROSS_CHECKS:
+        try:
+            problems.extend(problem for problem in check(flat) if problem[0] not in refused)
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError):  # a refused value: reported above
+            if not refused:
+                raise
     return problems
 
 

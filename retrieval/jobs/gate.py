@@ -5,7 +5,7 @@ Three checks, all on the evaluation's flat metrics (``"recall@20"``, ...):
 * floors: ``metrics[name] >= floor`` for every configured floor;
 * lift over most-popular: on the first compared metric, ``new >= (1 + min_lift) * popular``, where ``popular`` is
   the most-popular baseline of the same evaluation (same users, same protocol). An untrained or collapsed model
-  scores at or below popularity, while any absolute floor is either too low for one dataset or too high for another;
+  scores at or below popularity (and so may a trained one on data with no signal beyond popularity), while any absolute floor is either too low for one dataset or too high for another;
   the baseline moves with the data. ``min_lift`` :data:`OFF` (-1) turns the check off; a missing baseline refuses;
 * regression: for each compared metric, ``new >= (1 - max_regression) * published``, where ``published`` is the
   metric of the published run of the same lineage (``identity.lineage_of``: the same data source; skipped when the
@@ -27,11 +27,15 @@ OFF = -1.0  # min_lift_over_popular at or below this: no comparison with most-po
 
 @dataclasses.dataclass
 class GateDecision:
+    """Whether the run passed, why not (``reasons``) and every comparison the gate made (``checked``: what a run
+    prints, so a refusal, or a pass, says what was compared with what)."""
+
     passed: bool
     reasons: List[str]
+    checked: List[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> Dict[str, object]:
-        return {"passed": self.passed, "reasons": self.reasons}
+        return {"passed": self.passed, "reasons": self.reasons, "checked": self.checked}
 
 
 def popular_metrics(evaluation: Mapping[str, object]) -> Dict[str, float]:
@@ -58,7 +62,7 @@ def lift_over_popular(metrics: Mapping[str, float], popular: Mapping[str, float]
     bound = (1.0 + min_lift) * base
     if value < bound and not math.isclose(value, bound, rel_tol=1e-9):
         return (f"{name}={value:.4f} is not {min_lift:.0%} above the most-popular baseline's {base:.4f} (bound "
-                f"{bound:.4f}): an untrained or collapsed model is not published")
+                f"{bound:.4f}, gate.min_lift_over_popular): a model must beat popularity to be published")
     return None
 
 
@@ -69,15 +73,21 @@ def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: 
     see :func:`popular_metrics`) and the regression check against ``published``; ``unpublishable``: why the run may
     not be published at all (refused first, with that reason)."""
     reasons = [unpublishable] if unpublishable else []
+    checked = [f"not publishable: {unpublishable}"] if unpublishable else []
     for name, floor in floors.items():
         value = metrics.get(name)
         if value is None:
             reasons.append(f"{name} missing from the evaluation (gate floor {floor})")
         elif value < floor:
             reasons.append(f"{name}={value:.4f} below floor {floor:.4f}")
+        checked.append(f"{name} {_value(value)} vs floor {floor:.4f}")
     lift = lift_over_popular(metrics, popular or {}, compare, min_lift_over_popular)
     if lift is not None:
         reasons.append(lift)
+    if min_lift_over_popular > OFF and compare:
+        name = compare[0]
+        checked.append(f"{name} {_value(metrics.get(name))} vs {1 + min_lift_over_popular:.2f} x most-popular "
+                       f"{_value((popular or {}).get(name))}")
     if published:
         for name in compare:
             old, new = published.get(name), metrics.get(name)
@@ -87,4 +97,11 @@ def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: 
             if new < bound:
                 reasons.append(f"{name}={new:.4f} regressed more than {max_regression:.0%} against the published "
                                f"{old:.4f} (bound {bound:.4f})")
-    return GateDecision(passed=not reasons, reasons=reasons)
+            checked.append(f"{name} {new:.4f} vs published {old:.4f} less {max_regression:.0%}")
+    else:
+        checked.append("no published run of this lineage to compare with")
+    return GateDecision(passed=not reasons, reasons=reasons, checked=checked)
+
+
+def _value(value: Optional[float]) -> str:
+    return "missing" if value is None else f"{value:.4f}"

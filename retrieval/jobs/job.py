@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from typing import Optional
+from pathlib import Path
+from typing import Callable, Optional
 
 import ml_collections
 import numpy as np
@@ -32,9 +33,9 @@ from retrieval import artifacts
 from retrieval.data import catalogue, prepare
 from retrieval.data import engine as engine_lib
 from retrieval.data import features as features_lib
-from retrieval.data.vocab import Vocabulary
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.jobs import config_checks, gate, identity, provenance
+from retrieval.jobs import config_checks, evaluable, gate, identity, provenance
 from retrieval.jobs import warm_start as warm_start_lib
 from retrieval.jobs.locations import new_run_id
 from retrieval.jobs.publish import ModelDirectory
@@ -91,7 +92,9 @@ class TrainingJob:
         self.model_type = model_type
 
     # ------------------------------------------------------------------ orchestration
-    def run(self) -> Outcome:
+    def run(self, on_prepared: Optional[Callable[[Path], None]] = None) -> Outcome:
+        """Runs (or resumes) every stage; ``on_prepared`` is called with the run directory once the data is prepared
+        and found evaluable (``evaluable``): from then on a failure leaves a run worth naming."""
         self.paths.root.mkdir(parents=True, exist_ok=True)
         with self.model_dir.run_lock(self.run_id):
             run_identity = identity.RunIdentity.of(self.config)
@@ -103,6 +106,8 @@ class TrainingJob:
                 identity.check_resume(self.paths, run_identity, self.run_id)
             self._write_snapshot(run_identity)
             self.stages.run("prepare", self._prepare)
+            if on_prepared is not None:
+                on_prepared(self.paths.root)
             self.stages.run("train", self._train)
             self.stages.run("export", self._export)
             self._write_manifest(None)  # evaluation and serving read the exported metric from it
@@ -151,7 +156,18 @@ class TrainingJob:
         settings = prepare.Settings.from_config(self.config, self.paths.root)
         with engine_lib.open_engine(d.engine if settings.num_shards > 1 else "embedded", d.engine_address,
                                     d.engine_workers, timeout_s=d.engine_timeout_s) as engine:
-            return prepare.run(settings, engine, d.order, self._warm_start_source()).as_dict()
+            summary = prepare.run(settings, engine, d.order, self._warm_start_source()).as_dict()
+        self._check_prepared(settings)
+        return summary
+
+    def _check_prepared(self, settings: prepare.Settings) -> None:
+        """What only the prepared data can tell, before any training (``InputError``; the stage then reruns): that
+        something can be evaluated, that the index fits the catalogue, that Item2Vec's ids fit word2vec files."""
+        evaluable.check(self.paths, self.config.eval.exclude_train,
+                        "config.data.test_path" if self.config.data.split == "files" else "config.data.split")
+        config_checks.check_index(self.config, Vocabulary.load(self.paths.item_vocab).size - NUM_RESERVED)
+        if self.model_type == "item2vec":
+            evaluable.check_word2vec_ids(self.paths, settings)
 
     def _warm_start_source(self) -> Optional[artifacts.RunPaths]:
         """The published run whose vocabularies (and id tables) a warm start keeps (``publish.warm_start``)."""
@@ -190,8 +206,9 @@ class TrainingJob:
         out = {"steps": fit_result.step, "best_metric": fit_result.best_metric, "best_epoch": fit_result.best_epoch,
                "stopped_early": fit_result.stopped_early, "sparse_updates": getattr(model.optimizer, "sparse_updates", False),
                "final_loss": float(fit_result.history["loss"][-1]) if fit_result.history.get("loss") else None}
-        if tuning is not None:
-            out.update(tuning=tuning, refit=True, history=fit_result.history)
+        if tuning is not None:  # the refit has no validation: its best epoch and metric are the tuning's
+            out.update(tuning=tuning, refit=True, history=fit_result.history, best_epoch=tuning["best_epoch"],
+                       best_metric=tuning["best_metric"], stopped_early=tuning["stopped_early"])
         return out
 
     def _holdout(self) -> Optional[dict]:
@@ -350,10 +367,9 @@ class TrainingJob:
         decision = gate.check(metrics, _floors(g.floors), published, tuple(g.compare), g.max_regression,
                               g.min_lift_over_popular, gate.popular_metrics(evaluation),
                               identity.validation_scored(self.config, self._data_digests()))
-        if decision.passed:
-            logging.info("gate passed%s", f" against {latest.root.name}" if published else " (nothing published)")
-        else:
-            logging.error("gate refused: %s", "; ".join(decision.reasons))
+        if decision.passed:  # a refusal is said once, by the GateError that run() raises
+            logging.info("gate passed%s", f" against {latest.root.name}" if published
+                         else " (no published run of this lineage to compare with)")
         return decision.as_dict()
 
     def _data_digests(self) -> dict:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from retrieval.errors import InputError
+from retrieval.errors import InputError, shown
 
 # A run id or a model name is one path component: no separators, no "..", no leading dot (hidden files and lock files
 # of the model directory start with a dot), at most 128 characters.
@@ -37,7 +37,7 @@ def new_run_id() -> str:
 def check_name(name: object, field: str) -> None:
     """``name`` can be a run id or a model name: one safe path component, not ``latest`` or ``lineages``."""
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
-        raise InputError(f"{name!r} is not a valid name: use {NAME_RULE}", field=field)
+        raise InputError(f"{shown(name, 40)} is not a valid name: use {NAME_RULE}", field=field)
     if name in RESERVED_NAMES:
         raise InputError(f"{name!r} is reserved (the published runs' links of a model directory)", field=field)
 
@@ -53,6 +53,23 @@ def lineage_dir(model_dir: str, lineage: str, field: str = "lineage") -> str:
         raise InputError(f"{model_dir} has no published run of lineage {lineage!r} (lineages there: "
                          f"{', '.join(known) or 'none'})", field=field)
     return str(path)
+
+
+def resolve_run_dir(path: object, lineage: Optional[str] = None, field: str = "run_dir") -> Path:
+    """The run directory a ``--run_dir`` names, resolved the same way by every entry point: a run directory, a
+    ``latest`` link, or a model directory (its ``latest`` run, or with ``lineage`` that lineage's published run,
+    see :func:`lineage_dir`). InputError naming ``field`` when it is none of these."""
+    if not isinstance(path, str) or not path:
+        raise InputError("must be a run or model directory", field=field)
+    check_input(path, field, kind="dir")
+    target = Path(lineage_dir(path, lineage) if lineage else path).expanduser()
+    if (target / LATEST).exists():
+        target = target / LATEST
+    real = Path(os.path.realpath(target))
+    if not (real / "manifest.json").is_file():
+        raise InputError(f"{path} is not a run directory (no manifest.json) nor a model directory with a published "
+                         f"run ('latest')", field=field)
+    return real
 
 
 def _nearest_existing(path: Path) -> Path:

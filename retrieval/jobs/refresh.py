@@ -43,7 +43,7 @@ from retrieval import artifacts
 from retrieval.data import features, readers
 from retrieval.data.vocab import NUM_RESERVED, OOV, PAD, Vocabulary
 from retrieval.errors import GateError, InputError
-from retrieval.jobs.locations import new_run_id
+from retrieval.jobs.locations import new_run_id, resolve_run_dir
 from retrieval.jobs.publish import COMPLETE_MARKER, ModelDirectory
 
 BATCH = 8192  # items per call of the item tower
@@ -113,10 +113,8 @@ def _new_run(model_dir: ModelDirectory) -> str:
 def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Optional[float] = None,
             canary: bool = True) -> RefreshOutcome:
     """Publishes a new catalogue from ``table_path`` for the published run at ``run_dir`` (module docstring)."""
-    from retrieval.serving.settings import resolve_run_dir
-
     start = time.monotonic()
-    parent = artifacts.RunPaths(resolve_run_dir(run_dir))
+    parent = artifacts.RunPaths(resolve_run_dir(str(run_dir)))
     if not parent.item_tower.is_dir() or not parent.item_features.is_file():
         raise InputError("the run has no item tower: it was trained without an item feature table, so nothing can "
                          "embed a new item (train with data.item_features_path)", path=str(parent.root))
@@ -124,6 +122,9 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
     config = artifacts.read_json(parent.config) if parent.config.is_file() else {}
     lineage = (manifest.get("lineage") or {}).get("name")
     model_dir = ModelDirectory(parent.root.parent)
+    if lineage and model_dir.published(lineage) != parent:
+        raise InputError(f"run {parent.root.name} is not the published run of lineage {lineage}: a refresh renews "
+                         "what is served (give the model directory)", field="run_dir")
     id_column, specs = features.load_specs(parent.item_features)
     table = read_table(str(table_path), id_column, specs)
     from retrieval import export  # TensorFlow loads once the input is known to be good

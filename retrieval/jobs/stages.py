@@ -39,7 +39,7 @@ class StageRunner:
         if self.is_done(name):
             record = artifacts.read_json(self.marker(name))
             self.timings[name] = record["seconds"]
-            logging.info("stage %-9s already done (%.1fs): %s", name, record["seconds"], record["summary"])
+            logging.info("stage %-9s already done (%.1fs; %s)", name, record["seconds"], self.marker(name))
             return record["summary"]
         logging.info("stage %-9s starting", name)
         start = time.perf_counter()
@@ -49,5 +49,6 @@ class StageRunner:
         artifacts.write_json(self.marker(name), {"summary": summary, "seconds": round(seconds, 3),
                                                  "peak_rss_mb": peak})
         self.timings[name] = round(seconds, 3)
-        logging.info("stage %-9s done in %.1fs (peak RSS so far %d MiB): %s", name, seconds, peak, summary)
+        logging.info("stage %-9s done in %.1fs (peak RSS so far %d MiB; summary in %s)", name, seconds, peak,
+                     self.marker(name))  # the summary itself can be hundreds of characters: it stays in the file
         return summary

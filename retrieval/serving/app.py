@@ -30,11 +30,13 @@ from retrieval.serving.settings import Limits
 
 class ScoredItem(BaseModel):
     item_id: str
-    score: float
+    score: Optional[float] = Field(description="the model's similarity, higher is better; null under fallback")
+    count: Optional[int] = Field(None, description="under fallback only: the item's training interactions (what "
+                                                   "popular items are ranked by)")
 
 
 class CandidatesResponse(BaseModel):
-    items: list[ScoredItem] = Field(description="best first; scores are higher-is-better (counts under fallback)")
+    items: list[ScoredItem] = Field(description="best first; model scores, or training counts under fallback")
     fallback: bool = Field(description="true when no history was usable and popular items were returned")
     history_source: str = Field(description="request, stored (training history of user_id) or none")
     history_used: int = Field(description="known history items in effect (also excluded from the candidates)")
@@ -75,7 +77,12 @@ def _request_models(limits: Limits) -> tuple[type, type]:
 
 
 def _items(result: Candidates) -> list[dict]:
-    return [{"item_id": i, "score": s} for i, s in zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)]
+    """The answer's items: model scores in ``score``; under the popularity fallback the training counts go to
+    ``count`` and ``score`` is null (a count is no similarity: one field never holds both)."""
+    pairs = zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)
+    if result.fallback:
+        return [{"item_id": i, "score": None, "count": int(s)} for i, s in pairs]
+    return [{"item_id": i, "score": s} for i, s in pairs]
 
 
 def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads: Optional[int] = 1,

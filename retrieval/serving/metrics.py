@@ -3,7 +3,8 @@
 Series (all prefixed ``retrieval_``):
 
 * ``http_requests_total{route, method, status}``: answered requests. ``route`` is the API's path, or ``other`` for
-  paths the API does not have (so a scan of random URLs cannot create unbounded series).
+  paths the API does not have, and ``method`` one of HTTP's, or ``other`` for a made-up one (so a scan of random
+  URLs or methods cannot create unbounded series).
 * ``http_request_duration_seconds{route}``: latency histogram, from the request's arrival at the app to its last
   response byte handed to the server (excludes time in the kernel's queues and the 408 of the read deadline, which
   the protocol answers before the app sees a request).
@@ -38,6 +39,8 @@ from retrieval.serving.reload import GeneratorHolder
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 OTHER_ROUTE = "other"
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+OTHER_METHOD = "other"
 
 
 def multiprocess_dir() -> Optional[str]:
@@ -70,6 +73,7 @@ class ServerMetrics:
 
     def observe(self, path: str, method: str, status: int, seconds: float) -> None:
         route = self.route(path)
+        method = method if method in HTTP_METHODS else OTHER_METHOD  # a client's made-up method: one series
         self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 

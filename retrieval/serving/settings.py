@@ -9,12 +9,11 @@ refused in about a second.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Optional
 
-from retrieval.artifacts import PathLike, RunPaths
-from retrieval.errors import InputError
+from retrieval.artifacts import PathLike
+from retrieval.jobs import locations
 
 DEFAULT_MAX_BATCH = 32  # requests answered by one user-tower call and one index search (retrieval.serving.batcher)
 DEFAULT_MAX_WAIT_S = 0.0
@@ -54,11 +53,6 @@ class ServeSettings:
 
 
 def resolve_run_dir(path: PathLike) -> Path:
-    """A run directory, or a model directory whose ``latest`` link names one, resolved to the real run directory."""
-    path = Path(path)
-    if (path / "latest").exists():
-        path = path / "latest"
-    real = Path(os.path.realpath(path))
-    if not RunPaths(real).manifest.is_file():
-        raise InputError("not a run directory (no manifest.json) nor a model directory with 'latest'", path=str(path))
-    return real
+    """A run directory, or a model directory whose ``latest`` link names one, resolved to the real run directory
+    (``retrieval.jobs.locations.resolve_run_dir``, the resolution of every entry point's ``--run_dir``)."""
+    return locations.resolve_run_dir(str(path))

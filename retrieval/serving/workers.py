@@ -37,6 +37,7 @@ import uvicorn
 from absl import logging
 from prometheus_client import multiprocess
 
+from retrieval import processes
 from retrieval.errors import InputError
 from retrieval.serving.app import create_app
 from retrieval.serving.canary import Canary, CanaryError
@@ -74,7 +75,10 @@ def _run_server(settings: ServeSettings, holder: GeneratorHolder, sockets: Optio
 
 
 def _worker(settings: ServeSettings, sock: socket.socket, ready, verbosity: int) -> None:
-    """A worker process: loads the run, reports ``("ready" | "error", pid, message)``, serves on ``sock``."""
+    """A worker process: loads the run, reports ``("ready" | "error", pid, message)``, serves on ``sock``. It stops
+    (SIGTERM: uvicorn's graceful shutdown) when its supervisor dies, even by ``kill -9``: a restarted server would
+    otherwise find the port taken by orphans."""
+    processes.die_with_parent(signal.SIGTERM)
     logging.set_verbosity(verbosity)
     try:
         holder = load_holder(settings)

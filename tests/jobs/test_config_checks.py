@@ -6,6 +6,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -250,7 +251,10 @@ def test_column_names_are_checked_in_the_header(tmp_path):
                                          r"\['user_id', 'item', 'timestamp'\]"):
         config_checks.validate_config(with_value(config, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     (tmp_path / "bom.csv").write_text("\ufeffuser_id,item_id\nu1,i1\n", encoding="utf-8")  # as Excel writes it
-    config_checks.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
+    untimed = with_value(config, "data.timestamp_column", "")  # the user says the log has no time
+    config_checks.validate_config(with_value(untimed, "data.train_path", str(tmp_path / "bom.csv")))
+    with pytest.raises(InputError, match=r"config\.data\.timestamp_column.*no column\(s\) \['timestamp'\]"):
+        config_checks.validate_config(with_value(config, "data.train_path", str(tmp_path / "bom.csv")))
     renamed = with_value(config, "data.item_column", "item")
     config_checks.validate_config(with_value(renamed, "data.train_path", _log(tmp_path / "a.csv", "user_id,item,timestamp")))
     with pytest.raises(InputError, match=r"config\.data\.train_path.*duplicate column name\(s\) \['item_id'\]"):
@@ -362,3 +366,68 @@ def test_command_line_exits_2_with_one_line(tmp_path, override, message):
     assert result.returncode == cli.EXIT_INPUT_ERROR
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "two_tower").exists()  # nothing was started
+
+
+def test_a_huge_header_is_answered_at_once_in_one_bounded_line(tmp_path):
+    """100k columns (the duplicate check was quadratic) and a 2.5 MB one-line JSON named .csv: seconds, one line
+    of at most a few hundred characters."""
+    config = shipped("two_tower")
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(f"c{i}" for i in range(100_000)) + ",c7\n" + "x\n")
+    start = time.monotonic()
+    with pytest.raises(InputError) as error:
+        config_checks.validate_config(with_value(config, "data.train_path", str(wide)))
+    assert time.monotonic() - start < 10
+    assert "duplicate column name(s) ['c7']" in str(error.value) and len(str(error.value)) < 400
+    many = tmp_path / "many.csv"
+    many.write_text(",".join(f"c{i}" for i in range(100_000)) + "\nx\n")
+    with pytest.raises(InputError, match=r"has no column\(s\) \['user_id', 'item_id', 'timestamp'\]; its columns are "
+                                         r"\['c0', .* 99990 more\]") as error:
+        config_checks.validate_config(with_value(config, "data.train_path", str(many)))
+    assert len(str(error.value)) < 400
+    json_line = tmp_path / "log.csv"
+    json_line.write_text('{"rows": [' + ", ".join('{"user": "u%d", "item": "i%d"}' % (i, i) for i in range(80_000))
+                         + "]}")
+    start = time.monotonic()
+    with pytest.raises(InputError, match=r"config\.data\.train_path.*first line is longer than 1048576 characters; "
+                                         r"expected a csv header") as error:
+        config_checks.validate_config(with_value(config, "data.train_path", str(json_line)))
+    assert time.monotonic() - start < 10 and len(str(error.value)) < 400
+
+
+@pytest.mark.parametrize("content,message", [("", "is empty: expected a header line"),
+                                             ("user_id,item_id,timestamp\n", "has a header but no rows"),
+                                             ("user_id,item_id,timestamp\n\n\n", "has a header but no rows")])
+def test_an_empty_or_header_only_log_is_said_to_be_so(tmp_path, content, message):
+    log = tmp_path / "log.csv"
+    log.write_text(content)
+    with pytest.raises(InputError, match=rf"config\.data\.train_path.*{message}"):
+        config_checks.validate_config(with_value(shipped("two_tower"), "data.train_path", str(log)))
+
+
+def test_partitions_are_bounded_by_what_the_log_can_fill(tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("user_id,item_id,timestamp\n" + "".join(f"u{i},i{i},{i}\n" for i in range(20_000)))  # ~300 KB
+    config = with_value(with_value(shipped("two_tower"), "data.train_path", str(log)), "data.streaming", "on")
+    config_checks.validate_config(with_value(config, "data.num_shards", 16))
+    with pytest.raises(InputError, match=r"config\.data\.num_shards.*65536 partitions of \d+ bytes of input would hold "
+                                         r"less than 16 KiB each; use at most 22"):
+        config_checks.validate_config(with_value(config, "data.num_shards", 65536))
+
+
+def test_several_mistakes_are_reported_together():
+    config = with_value(with_value(shipped("two_tower"), "train.epochs", 0), "data.item_column", "sku")
+    with pytest.raises(InputError) as error:
+        config_checks.validate_config(config)
+    message = str(error.value)
+    assert "config.train.epochs: must be an integer in [1, 10000], got 0" in message
+    assert "config.data.item_column: data/interactions.csv has no column(s) ['sku']" in message
+    assert "\n" not in message
+
+
+def test_an_index_larger_than_the_catalogue_is_refused_before_training():
+    config = with_value(shipped("two_tower"), "index.factory", "IVF4096,Flat")
+    config_checks.validate_config(config)  # FAISS can build it...
+    with pytest.raises(InputError, match=r"config\.index\.factory.*4096 centroids, more than the 2000 items"):
+        config_checks.check_index(config, 2000)  # ...but not train it on this catalogue
+    config_checks.check_index(with_value(config, "index.factory", "auto"), 10)

@@ -166,6 +166,10 @@ def test_kill_during_training_then_rerun_publishes_once(log_path, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr
     assert os.readlink(tmp_path / "two_tower" / "latest") == "crash"
+    assert resumed.stdout.strip().splitlines()[-1] == (f"published: {tmp_path / 'two_tower' / 'latest'} -> crash "
+                                                       f"(serve it: --run_dir={tmp_path / 'two_tower'})")
+    table = [line for line in resumed.stdout.splitlines() if line.startswith("|")]
+    assert table and max(map(len, table)) <= 120
     assert artifacts.read_json(run_dir / "stages" / "publish.json")["summary"]["latest"] == "crash"
 
 
@@ -198,5 +202,9 @@ def test_gate_refusal_exit_code(log_path, tmp_path):
     low = cli_args(log_path, tmp_path, "low", **{"gate.floors": "recall@20=0.99", "train.epochs": 1})
     result = subprocess.run(low, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == EXIT_GATE_REFUSED, result.stderr[-2000:]
-    assert "below floor" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if "below floor" in line]
+    assert len(errors) == 1 and errors[0].startswith("quality gate refused to publish: recall@20=")  # said once
+    assert "| system | recall@20 | NDCG@20 |" in result.stdout  # what was refused is shown
+    assert re.search(r"gate refused:\n  recall@20 0\.\d{4} vs floor 0\.9900", result.stdout)
+    assert max(len(line) for line in result.stdout.splitlines() if line.startswith("|")) <= 120
     assert not (tmp_path / "two_tower" / "latest").exists()

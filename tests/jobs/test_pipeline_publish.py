@@ -3,6 +3,7 @@
 The process tests use ``spawn`` children that import only this module's light dependencies (under a second each).
 """
 
+import json
 import multiprocessing
 import os
 import time
@@ -221,3 +222,23 @@ def test_publish_lock_makes_a_second_process_wait(tmp_path):
         assert acquired.wait(10), "the second process never got the released publish lock"
     finally:
         waiter.join(10)
+
+
+def test_the_last_line_says_what_was_published_where(tmp_path):
+    """pipelines.train's last line: latest moved, or only the lineage's link (pipelines.scheduled alerts on it)."""
+    from types import SimpleNamespace
+
+    from pipelines.train import published_line
+    from retrieval import cli
+
+    model = ModelDirectory(tmp_path / "two_tower")
+    for run, lineage in (("r1", "a"), ("r2", "b")):
+        (model.root / run).mkdir(parents=True)
+        (model.root / run / "manifest.json").write_text(json.dumps({"lineage": {"name": lineage}}))
+        model.publish(run, lineage)
+    job = SimpleNamespace(model_dir=model, run_id="r2", stages=SimpleNamespace(summary=lambda stage: {
+        "production": False, "lineage": "b", "link": "lineages/b/latest"}))
+    assert published_line(job) == (f"published: {model.root}/lineages/b/latest -> r2 only; {cli.LATEST_KEPT} r1 "
+                                   f"(lineage a); serve this run with --run_dir={model.root} --lineage=b")
+    job.run_id, job.stages = "r1", SimpleNamespace(summary=lambda stage: {"production": True})
+    assert published_line(job) == f"published: {model.root}/latest -> r1 (serve it: --run_dir={model.root})"

@@ -32,6 +32,7 @@ def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, t
     summary = job.stages.summary("train")
     tuned = summary["tuning"]
     assert summary["refit"] and tuned["best_epoch"] is not None and "val_recall" in tuned["history"]
+    assert (summary["best_epoch"], summary["best_metric"]) == (tuned["best_epoch"], tuned["best_metric"])  # not None
     assert "val_recall" not in summary["history"] and len(summary["history"]["loss"]) == tuned["best_epoch"]
     examples = job.stages.summary("prepare")["examples"]["count"]
     assert summary["steps"] == tuned["best_epoch"] * math.ceil(examples / 256)

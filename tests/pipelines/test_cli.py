@@ -42,8 +42,12 @@ def probe(module: str, *args: str, env: dict | None = None) -> tuple[dict, str, 
 @pytest.mark.parametrize("args,message", [
     (("--config.data.train_path=/nonexistent/log.csv",), "config.data.train_path': /nonexistent/log.csv does not exist"),
     (("--config.data.item_column=item",), "config.data.item_column': data/interactions.csv has no column(s) ['item']"),
+    (("--config.data.timestamp_column=tstamp",),  # else split and trained in file order, silently
+     "config.data.timestamp_column': data/interactions.csv has no column(s) ['tstamp']"),
     (("--config.train.batch_size=1000000000",), "config.train.batch_size': must be an integer in [1, 1048576]"),
     (("--output_dir=/proc/retrieval",), "output_dir"),
+    (("--config.index.factory=IVF64,Bogus",),  # else refused only after the whole training
+     "config.index.factory': FAISS cannot build 'IVF64,Bogus' for vectors of dimension 128"),
 ])
 def test_bad_input_exits_2_before_tensorflow_loads(tmp_path, args, message):
     args = (f"--output_dir={tmp_path}", "--run_id=r1", *args)
@@ -110,3 +114,29 @@ def test_verbosity_shows_tensorflow_start_up(monkeypatch):
     quiet.verbose()
     assert os.environ[quiet.QUIET_ENV] == "0" and os.environ[quiet.LEVEL_ENV] == "0"
     assert not any(isinstance(finder, quiet._QuietTensorFlowImport) for finder in sys.meta_path)
+
+
+def test_faiss_loader_and_tensorflow_chatter_stay_out_of_the_log(monkeypatch):
+    import logging
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        monkeypatch.setenv(quiet.QUIET_ENV, "1")
+        quiet.install()
+        logging.getLogger("faiss.loader").info("Could not load library with AVX512-SPR support due to: "
+                                               "ModuleNotFoundError(\"No module named 'faiss.swigfaiss_avx512_spr'\")")
+        logging.getLogger("absl").info("Sharding callback duration: 21 microseconds")
+        logging.getLogger("tensorflow").info("Function `serve` contains input name(s) x with unsupported characters "
+                                             "which will be renamed to y in the SavedModel.")
+        logging.getLogger("tensorflow").info("a line of our own")
+        assert [r.getMessage() for r in records] == ["a line of our own"]
+        quiet.verbose()
+        logging.getLogger("faiss.loader").info("Loading faiss with AVX2 support.")
+        assert records[-1].getMessage() == "Loading faiss with AVX2 support."
+    finally:
+        logging.getLogger().removeHandler(handler)
+        quiet._set_log_filters(False)

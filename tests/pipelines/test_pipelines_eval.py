@@ -52,3 +52,28 @@ def test_recommend_cli_and_input_errors(run_dir, tmp_path):
     np.testing.assert_allclose(sharded["scores"], table["scores"], rtol=1e-5)  # other batch sizes, other rounding
     bad = _run("pipelines.evaluate", f"--run_dir={tmp_path / 'missing'}", "--ks=5,x")
     assert bad.returncode == 2 and "field 'ks'" in bad.stderr
+
+
+def test_every_entry_point_takes_a_model_directory(run_dir, tmp_path):
+    """recommend and evaluate resolve --run_dir like serve and export: a model directory means its published run."""
+    model_dir = tmp_path / "two_tower"
+    model_dir.mkdir()
+    (model_dir / "r1").symlink_to(run_dir, target_is_directory=True)
+    (model_dir / "latest").symlink_to("r1")
+    out = tmp_path / "recs.parquet"
+    done = _run("pipelines.recommend", f"--run_dir={model_dir}", "--k=3", f"--output={out}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert pq.read_table(out).num_rows > 0
+    done = _run("pipelines.evaluate", f"--run_dir={model_dir}", "--ks=2,5", "--baselines=none", "--bootstrap=0",
+                f"--output_dir={tmp_path / 'eval'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "eval" / "metrics.json").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for module, *more in (("pipelines.recommend", f"--output={out}"), ("pipelines.evaluate",),
+                          ("pipelines.export", f"--base_dir={tmp_path}"), ("pipelines.serve",)):
+        done = _run(module, f"--run_dir={empty}", *more)
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            f"error: field 'run_dir': {empty} is not a run directory (no manifest.json) nor a model directory with "
+            f"a published run ('latest')"]

@@ -7,9 +7,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -190,3 +192,114 @@ def test_the_airflow_task_works_as_written(tmp_path):
     assert not command.endswith(".sh")  # Airflow would read it as a template file
     assert shlex.split(command)[:2] == ["cd", "/opt/retrieval"]
     _runs_and_alerts(command, tmp_path, tmp_path / "x.log")
+
+
+# --- the fault harness: each case ends within its deadline ----------------------------------------------------------
+
+DEADLINE_S = 120  # generous for a loaded 2-core box; a hang would run forever
+HANGING_JOB = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["PIDS_FILE"], "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+print("run directory: /srv/models/two_tower/r1", flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone for our purpose
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def _wait_for(predicate, timeout_s: float = DEADLINE_S) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _start_hanging(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path, Path]:
+    (tmp_path / "fake_job.py").write_text(HANGING_JOB)
+    pids, alert_file = tmp_path / "pids.txt", tmp_path / "alert.txt"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PIDS_FILE": str(pids),
+           "ALERT_FILE": str(alert_file)}
+    wrapper = subprocess.Popen([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
+                                f"--alert_command={ALERT}", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    assert _wait_for(lambda: pids.exists() and pids.read_text().strip()), "the job never started"
+    return wrapper, pids, alert_file
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_wrapper_stops_the_job_and_its_children_and_alerts(tmp_path, sig):
+    wrapper, pids, alert_file = _start_hanging(tmp_path)
+    try:
+        wrapper.send_signal(sig)
+        assert wrapper.wait(timeout=DEADLINE_S) == 128 + sig
+    finally:
+        wrapper.kill()
+    job, child = map(int, pids.read_text().split())
+    assert _wait_for(lambda: not _alive(job) and not _alive(child), 10), "the job or its child outlived the wrapper"
+    alert = dict(line.split("=", 1) for line in alert_file.read_text().splitlines())
+    assert alert["RETRIEVAL_OUTCOME"] == "failure" and alert["RETRIEVAL_RUN_DIR"] == "/srv/models/two_tower/r1"
+    assert alert["RETRIEVAL_MESSAGE"].startswith(f"pipelines.scheduled got {sig.name} and stopped the job")
+
+
+def test_a_killed_wrapper_takes_its_job_with_it(tmp_path):
+    wrapper, pids, _ = _start_hanging(tmp_path)
+    wrapper.kill()  # SIGKILL: no handler of the wrapper runs
+    wrapper.wait(timeout=DEADLINE_S)
+    job, _ = map(int, pids.read_text().split())
+    assert _wait_for(lambda: not _alive(job), 30), "the job outlived a kill -9 of its wrapper"
+
+
+def test_a_hung_alert_command_is_stopped_with_its_children(tmp_path):
+    (tmp_path / "fake_job.py").write_text(FAKE_JOB)
+    pid_file = tmp_path / "alert_child.txt"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "FAKE_JOB_EXIT": "3"}
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
+                             f"--alert_command=sleep 600 & echo $! > {pid_file}; wait", "--alert_timeout_s=1"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert result.returncode == 3 and "alert command ran past 1 s and was stopped" in result.stderr
+    assert time.monotonic() - start < DEADLINE_S
+    assert _wait_for(lambda: not _alive(int(pid_file.read_text())), 10), "the alert's child kept running"
+
+
+def test_an_unwritable_log_neither_blocks_the_job_nor_silences_the_alert(tmp_path):
+    """stdout and stderr on a full disk (/dev/full): the job's output (more than a pipe holds) is drained, the job
+    finishes, and the alert fires even for a published run, saying the log was lost."""
+    (tmp_path / "fake_job.py").write_text("import sys\nfor i in range(20000):\n    print('x' * 80, flush=True)\n"
+                                          "print('y' * 80, file=sys.stderr)\n")
+    alert_file = tmp_path / "alert.txt"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "ALERT_FILE": str(alert_file)}
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
+                                 f"--alert_command={ALERT}"], cwd=ROOT, env=env, stdout=full, stderr=full,
+                                timeout=DEADLINE_S)
+    assert result.returncode == 0
+    alert = dict(line.split("=", 1) for line in alert_file.read_text().splitlines())
+    assert alert["RETRIEVAL_OUTCOME"] == "published"
+    assert "the job's output could not be written (No space left on device)" in alert["RETRIEVAL_MESSAGE"]
+
+
+def test_a_run_published_to_its_lineage_only_is_not_called_published(tmp_path):
+    (tmp_path / "fake_job.py").write_text(
+        f"print('published: /m/two_tower/lineages/b/latest -> r2 only; {cli.LATEST_KEPT} r1 (lineage a); serve this "
+        f"run with --run_dir=/m/two_tower --lineage=b')\n")
+    alert_file = tmp_path / "alert.txt"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "ALERT_FILE": str(alert_file)}
+    result = subprocess.run([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
+                             f"--alert_command={ALERT}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=DEADLINE_S)
+    assert result.returncode == 0
+    alert = dict(line.split("=", 1) for line in alert_file.read_text().splitlines())
+    assert alert["RETRIEVAL_OUTCOME"] == "lineage_only"
+    assert "latest did not move" in alert["RETRIEVAL_MESSAGE"]

@@ -136,8 +136,11 @@ def test_run_without_index_builds_one_and_a_mismatched_index_is_refused(model_di
     build_index(vectors[::-1], item_ids[::-1], factory="Flat").save(run / "index")
     with pytest.raises(InputError, match="does not match"):
         CandidateGenerator.from_run(run)
-    with pytest.raises(InputError, match="not a run directory"):
+    with pytest.raises(InputError, match="nothing-here does not exist"):
         CandidateGenerator.from_run(tmp_path / "nothing-here")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="not a run directory"):
+        CandidateGenerator.from_run(tmp_path / "empty")
 
 
 def test_a_run_with_sharded_item_embeddings_is_indexed_and_served_like_one_file(model_dir, generator, tmp_path):

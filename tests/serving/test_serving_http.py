@@ -86,6 +86,9 @@ def test_candidates_over_http_equal_the_library(client, model_dir):
     assert body["history_source"] == "request" and not body["fallback"] and body["model_version"] == "1"
     cold = client.post("/v1/candidates", json={"user_id": "nobody", "k": 4}).json()
     assert cold["fallback"] and len(cold["items"]) == 4
+    counts = [item["count"] for item in cold["items"]]  # popularity counts, never in the field of similarities
+    assert all(item["score"] is None for item in cold["items"]) and counts == sorted(counts, reverse=True) > [0]
+    assert all(item["count"] is None for item in body["items"])
 
 
 def test_similar_model_health_and_openapi(client, model_dir):
@@ -413,6 +416,8 @@ def test_metrics_count_requests_latency_reloads_and_the_served_version(model_dir
         assert http.post("/v1/candidates", json={"k": 0}).status_code == 422
         assert http.post("/v1/similar", json={"item_id": "nope"}).status_code == 404
         assert http.get("/wp-admin/x").status_code == 404
+        for i in range(30):  # made-up methods: one series between them, not one each
+            http.request(f"FOO{i}", "/nowhere")
         before = http.get("/metrics")
         point_link(root / "latest", "r2")
         assert holder.poll()  # what the watcher thread calls
@@ -426,6 +431,8 @@ def test_metrics_count_requests_latency_reloads_and_the_served_version(model_dir
     assert got[(count, (("method", "POST"), ("route", "/v1/candidates"), ("status", "422")))] == 1
     assert got[(count, (("method", "POST"), ("route", "/v1/similar"), ("status", "404")))] == 1
     assert got[(count, (("method", "GET"), ("route", "other"), ("status", "404")))] == 1  # unknown paths: one route
+    methods = {dict(labels)["method"] for name, labels in got if name == count}
+    assert methods == {"GET", "POST", "other"}
     latency = "retrieval_http_request_duration_seconds"
     assert got[(latency + "_count", (("route", "/v1/candidates"),))] == 4
     assert got[(latency + "_bucket", (("le", "+Inf"), ("route", "/v1/candidates")))] == 4
@@ -499,6 +506,46 @@ def test_two_workers_share_the_port_and_each_reloads_latest_itself(model_dir, tm
         code = process.wait(timeout=60)
         log.seek(0)
     assert seen == {"1"} and code == 0, log.read()[-3000:]
+
+
+def test_workers_stop_when_their_supervisor_is_killed(model_dir, tmp_path):
+    """kill -9 of the supervisor: its workers leave the port within the deadline, so a restart can bind it."""
+    root = tmp_path / "model"
+    shutil.copytree(model_dir / "r1", root / "r1")
+    point_link(root / "latest", "r1")
+    log = (tmp_path / "serve.log").open("w+")
+    process, url = start_serve(root, log, "--workers=2")
+    try:
+        workers = [int(pid) for pid in wait_for_workers(url, lambda v: len(v) == 2)]
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers), "workers outlived their supervisor"
+    port = int(url.rsplit(":", 1)[1])
+    with socket.socket() as again:  # what a restarted server does
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        again.bind(("127.0.0.1", port))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_workers_are_bounded_by_the_cores(model_dir):
+    too_many = (os.cpu_count() or 1) + 1
+    result = subprocess.run([sys.executable, "-m", "pipelines.serve", f"--run_dir={model_dir / 'r1'}", "--port=0",
+                             f"--workers={too_many}"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: flag --workers={too_many}: {too_many} is not an integer in the range [1, {os.cpu_count()}]"]
 
 
 def test_workers_refuse_a_broken_first_run_with_one_line(served):

@@ -1,0 +1,110 @@
+"""Every pointer in the README, docs/, data/README.md and the entry points' ``--help`` leads somewhere: a path of
+this repository that exists, a ``python -m`` module that exists, a config key that the configs define, a flag that
+the named entry point defines. A moved file or a renamed key fails here instead of misleading a reader."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrieval.jobs import config_checks
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", ROOT / "data" / "README.md", *(ROOT / "docs").glob("*.md")])
+ENTRY_POINTS = sorted(p.stem for p in (ROOT / "pipelines").glob("*.py") if p.stem != "__init__")
+TOP = ("retrieval", "pipelines", "configs", "docs", "tests", "benchmarks", "deploy", "data")
+SECTIONS = ("data", "train", "eval", "index", "gate", "publish", "model", "item2vec")
+# A repository path: a top-level directory, then path characters; placeholders such as <name> are left out.
+PATH = re.compile(rf"(?<![\w./-])((?:{'|'.join(TOP)})/[\w./-]*\w/?)")
+MODULE = re.compile(r"python -m ((?:pipelines|retrieval|benchmarks)(?:\.\w+)+)(<)?")
+KEY = re.compile(rf"(?<![\w.<-])((?:{'|'.join(SECTIONS)})\.[a-z_]+(?:\.[a-z_]+)*)(?![\w(/*-])")
+CONFIG_FLAG = re.compile(r"--config\.([\w.]+)")
+FLAG = re.compile(r"python -m (pipelines\.\w+)((?: +[^\n`|]*?)?)(?=`|\n|$)")
+
+
+def _help(module: str) -> str:
+    return subprocess.run([sys.executable, "-m", module, "--helpfull"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300).stdout
+
+
+HELP = {}
+
+
+def help_of(module: str) -> str:
+    if module not in HELP:
+        HELP[module] = _help(module)
+    return HELP[module]
+
+
+def texts() -> list[tuple[str, str]]:
+    pages = [(str(page.relative_to(ROOT)), page.read_text()) for page in PAGES]
+    return pages + [(f"pipelines.{name} --help", help_of(f"pipelines.{name}")) for name in ENTRY_POINTS]
+
+
+EXTENSIONS = {"txt", "json", "py", "md", "parquet", "csv", "tsv", "sh", "png", "faiss", "npz", "bin", "dat", "log",
+              "lock", "tmp", "service", "timer", "pb"}  # train.json, item2vec.py: file names, not keys
+RUN_ARTIFACTS = re.compile(r"data/(train|test|validation)(_\w+)?\.parquet")  # inside a run directory
+
+
+def _keys() -> set[str]:
+    return set(config_checks.RULES)
+
+
+def _exists(path: str) -> bool:
+    path = path.rstrip("./")
+    if (ROOT / path).exists():
+        return True
+    return bool(list(ROOT.glob(path + "*")))  # a stem such as benchmarks/bench_ of benchmarks/bench_<name>
+
+
+@pytest.fixture(scope="module")
+def every_text():
+    return texts()
+
+
+def test_every_repository_path_exists(every_text):
+    missing = [(where, path) for where, text in every_text for path in PATH.findall(text)
+               if not RUN_ARTIFACTS.fullmatch(path) and not _exists(path)]
+    assert not missing, missing
+
+
+def test_every_linked_page_exists():
+    missing = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            if not (page.parent / target).exists():
+                missing.append((page.name, target))
+    assert not missing, missing
+
+
+def test_every_python_m_module_exists(every_text):
+    missing = [(where, module) for where, text in every_text for module, stem in MODULE.findall(text)
+               if not (ROOT / (module.replace(".", "/") + ".py")).is_file()
+               and not (stem and list(ROOT.glob(module.replace(".", "/") + "*.py")))]  # bench_<name>
+    assert not missing, missing
+
+
+def test_every_config_key_exists(every_text):
+    keys = _keys()
+    sections = {key.split(".")[0] for key in keys}
+    named = [(where, key) for where, text in every_text for key in KEY.findall(text) + CONFIG_FLAG.findall(text)]
+    unknown = [(where, key) for where, key in named if key.split(".")[0] in sections and key not in keys
+               and key.split(".")[-1] not in EXTENSIONS
+               and not any(k.startswith(key + ".") for k in keys)]  # a section of keys, e.g. model.objective
+    assert not unknown, unknown
+
+
+def test_every_flag_of_an_entry_point_exists(every_text):
+    unknown = []
+    for where, text in every_text:
+        for module, args in FLAG.findall(text):
+            if module.split(".")[1] not in ENTRY_POINTS:
+                continue
+            flags = set(re.findall(r"--(\w+)", help_of(module)))
+            if module == "pipelines.scheduled":
+                flags |= set(re.findall(r"--(\w+)", help_of("pipelines.train")))  # it passes the rest through
+            unknown += [(where, module, flag) for flag in re.findall(r"(?<![\w-])--(\w+)", args)
+                        if flag not in flags and flag != "config"]
+    assert not unknown, unknown

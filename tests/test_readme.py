@@ -1,0 +1,109 @@
+"""The README's commands, in order, on the bundled data: ``make run`` prints the table the README shows (baseline rows
+as printed, the model row within the documented floating-point tolerance), and the own-data command followed by the
+README's ``serve`` command serves the run that command just trained (not the bundled one)."""
+
+import itertools
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+MODEL_TOLERANCE = 0.005  # what the README states for the model row across CPUs
+DEADLINE_S = 900  # one whole run on a loaded 2-core box
+
+
+def _bash_blocks() -> list[list[str]]:
+    """The README's bash blocks, each as its commands (continuation lines joined, comments dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    return [[line.split("#")[0].strip() for line in block.replace("\\\n", " ").splitlines()
+             if line.split("#")[0].strip()] for block in blocks]
+
+
+def _table(text: str) -> dict:
+    """{system: [cell, ...]} of the first Markdown table with a "system" header in ``text``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| system |"))
+    table = {}
+    for row in itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2:]):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        table[cells[0]] = cells[1:]
+    return {"header": lines[start], **table}
+
+
+def _numbers(cells: list[str]) -> list[float]:
+    return [float(x) for cell in cells for x in re.findall(r"\d+\.\d+", cell)]
+
+
+def _run(command: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    args = shlex.split(command)
+    if args[0].endswith("python"):
+        args[0] = sys.executable
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE_S)
+
+
+def test_make_run_prints_the_readme_table(tmp_path):
+    make_run = re.search(r"^run: setup\n\t\$\(PY\) (-m pipelines\.train .*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert make_run, "the Makefile's run target"
+    args = make_run.group(1).replace("--output_dir=artifacts", f"--output_dir={tmp_path / 'artifacts'}")
+    result = subprocess.run([sys.executable, *shlex.split(args)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=DEADLINE_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed, documented = _table(result.stdout), _table(README)
+    assert printed.keys() == documented.keys() and printed["header"] == documented["header"]
+    for system in documented:
+        if system in ("header", "model"):
+            continue
+        assert printed[system] == documented[system], system
+    got, expected = _numbers(printed["model"]), _numbers(documented["model"])
+    assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) <= MODEL_TOLERANCE
+    assert max(len(line) for line in result.stdout.splitlines() if line.startswith("|")) <= 120
+    assert result.stdout.strip().splitlines()[-1].startswith(f"published: {tmp_path / 'artifacts'}/two_tower/latest")
+
+
+def test_the_own_log_commands_serve_the_run_they_trained(tmp_path):
+    """"Your own log": the bundled log renamed to the README's columns stands in for /data/clicks.parquet."""
+    block = next(b for b in _bash_blocks() if any("/data/clicks.parquet" in c for c in b))
+    log = pd.read_csv(ROOT / "data" / "interactions.csv").rename(columns={"user_id": "uid", "item_id": "sku",
+                                                                         "timestamp": "ts"})
+    log.to_parquet(tmp_path / "clicks.parquet", index=False)
+    train, serve = (c.replace("/data/clicks.parquet", str(tmp_path / "clicks.parquet"))
+                    .replace("/srv/models", str(tmp_path / "models")) for c in block)
+    trained = _run(train, tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run_id = re.fullmatch(r"published: \S+/two_tower/latest -> (\S+) \(serve it: .*\)",
+                          trained.stdout.strip().splitlines()[-1]).group(1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = shlex.split(serve)
+    server = subprocess.Popen([sys.executable, *args[1:], f"--port={port}", "--log_level=warning"], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, served = time.monotonic() + 300, None
+        while served is None and time.monotonic() < deadline:
+            assert server.poll() is None, server.stderr.read()[-3000:]
+            try:
+                served = httpx.get(f"http://127.0.0.1:{port}/v1/model", timeout=5).json()
+            except httpx.TransportError:
+                time.sleep(0.5)
+        assert served is not None, "the server did not answer"
+        assert served["run_id"] == run_id
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.mark.parametrize("block", _bash_blocks())
+def test_every_bash_block_uses_the_checkouts_python(block):
+    for command in block:
+        if "-m pipelines." in command:
+            assert command.startswith(".venv/bin/python -m "), command
