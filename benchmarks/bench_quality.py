@@ -79,6 +79,9 @@ ALL = (*SET_SPLITS, "amazon-beauty", "amazon-beauty-sets", "ml-100k", "gowalla-s
 GOWALLA_SHAPE = {"num_users": 29_858, "num_items": 40_981, "interactions_per_user": 34.0}
 GOWALLA_SHARES = (0.7, 0.1)  # train and validation shares of each user's items; the rest is test
 GOWALLA_EASE_MB = 9000  # EASE^R at 40,981 items: baselines.ease_memory_mb estimates 8.3 GB
+YELP_TEST_SHARE = 0.2  # each user's share of yelp2018's train.txt dealt to the test part (a seeded random 80/20)
+YELP_SPLIT_SEED = 0  # one fixed split: the seeds of a row vary the model, not the data
+YELP_EASE_MB = 8000  # EASE^R at 38,048 items: baselines.ease_memory_mb estimates 7.3 GB
 
 # The shipped recipe (configs/two_tower.py), and the variants compared with it on ml-100k.
 RECIPE = [("two-tower (configs/two_tower.py)", "two_tower", {})]
@@ -119,6 +122,31 @@ def set_split_parts(dataset: str, tmp: Path, users: int = 0) -> dict[str, Path]:
         paths = {name: _head(folder / f"{name}.txt", users, tmp) for name in ("train", "valid", "test")}
     paths["train_valid"] = tmp / f"{dataset}-train-valid.txt"
     paths["train_valid"].write_text(paths["train"].read_text() + paths["valid"].read_text())
+    return paths
+
+
+def yelp_parts(tmp: Path, seed: int = YELP_SPLIT_SEED) -> dict[str, Path]:
+    """Writes ``train`` and ``test`` ``user item ...`` files (lines in user order, items ascending, as the source)
+    of set-splits/yelp2018's ``train.txt`` (its test part is withheld): each user's items are shuffled by
+    ``np.random.default_rng(seed)`` (one generator, users in file order) and the first
+    ``round(0.8 * n)`` go to ``train``, the rest to ``test``; a user whose test share rounds to zero stays in
+    ``train`` only. The files live in ``tmp`` and are never committed."""
+    rng = np.random.default_rng(seed)
+    lines = {"train": [], "test": []}
+    with open(DATASETS / "set-splits" / "yelp2018" / "train.txt") as f:
+        for line in f:
+            user, *items = line.split()
+            if not items:
+                continue
+            shuffled = rng.permutation(np.asarray(items, dtype=np.int64))
+            cut = int(np.floor((1 - YELP_TEST_SHARE) * len(shuffled) + 0.5))
+            for name, part in (("train", shuffled[:cut]), ("test", shuffled[cut:])):
+                if len(part):
+                    lines[name].append(f"{user} " + " ".join(map(str, np.sort(part))))
+    paths = {}
+    for name, rows in lines.items():
+        paths[name] = tmp / f"yelp2018-{name}.txt"
+        paths[name].write_text("\n".join(rows) + "\n")
     return paths
 
 
