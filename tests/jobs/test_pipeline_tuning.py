@@ -22,7 +22,8 @@ def _rows(frame: pd.DataFrame) -> list:
 
 
 def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, tmp_path):
-    job = TrainingJob(make_config(log_path, **TUNING), str(tmp_path), "tuned")
+    # refit_epochs 0: the refit from scratch for the best epoch count (the shipped config continues the tuned model)
+    job = TrainingJob(make_config(log_path, **TUNING, **{"train.refit_epochs": 0}), str(tmp_path), "tuned")
     job.run()
     holdout = job.stages.summary("prepare")["tuning"]
     train = pd.read_parquet(job.paths.train_data)
@@ -67,7 +68,7 @@ def _model_weights(directory) -> dict:
 def test_a_warm_refit_continues_from_the_tuned_weights_at_the_learning_rate_of_the_best_epoch(log_path, tmp_path):
     # One epoch, the cap: the best epoch ends the cosine, where its learning rate is 0, so a refit that starts from
     # the tuned weights ends on them exactly; one that started afresh (or anywhere else) would not.
-    config = make_config(log_path, **{**TUNING, "train.epochs": 1, "train.refit_epochs": 1})
+    config = make_config(log_path, **{**TUNING, "train.epochs": 1, "train.refit_epochs": 1, "train.min_learning_rate_ratio": 0.0})
     job = TrainingJob(config, str(tmp_path), "warm")
     job.run()
     summary = job.stages.summary("train")
