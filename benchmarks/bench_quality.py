@@ -38,6 +38,8 @@ LightGCN code's convention; on leave-one-out data it is HR@20), NDCG@20 with the
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import statistics
 import sys
@@ -54,6 +56,7 @@ from configs.base import override
 from retrieval import artifacts
 from retrieval.data import synthetic
 from retrieval.errors import GateError
+from retrieval.evaluation import baselines
 from retrieval.jobs import identity
 from retrieval.jobs.job import TrainingJob
 
@@ -236,6 +239,33 @@ def _seed_run(module: str, settings: dict, seed: int, directory: Path) -> tuple[
                      "run_s": round(time.perf_counter() - start, 1)}
 
 
+@contextlib.contextmanager
+def _ease_kept_on_disk(directory: Path):
+    """EASE^R's weights fitted once per training matrix and lambda, then read back from ``directory`` by the next
+    seeds' evaluations: the baselines do not depend on the model's seed (same training file, same vocabulary), so a
+    seed's run reuses the first one's weights instead of another 38k x 38k inversion (minutes on 2 cores). The
+    weights are keyed by a digest of the incidence and lambda: a different matrix is fitted afresh."""
+    original = baselines.Ease
+
+    class KeptEase(original):
+        def __init__(self, train, n_items: int, l2: float = baselines.EASE_LAMBDA, **kwargs):
+            incidence = baselines._sparse(train, n_items)
+            digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (
+                incidence.indptr, incidence.indices, np.array([n_items, l2], np.float64)))).hexdigest()[:16]
+            path = directory / f"ease-{digest}.npy"
+            if path.exists():
+                self.incidence, self.weights = incidence, np.load(path)
+                return
+            super().__init__(train, n_items, l2, **kwargs)
+            np.save(path, self.weights)
+
+    baselines.Ease = KeptEase
+    try:
+        yield
+    finally:
+        baselines.Ease = original
+
+
 def _joined(values: Sequence, digits: str = "") -> str:
     return ", ".join(format(value, digits) for value in values)
 
@@ -289,7 +319,8 @@ def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, fi
     rows, recipe_runs = [], []
     for index, (name, module, overrides) in enumerate(variants):
         run_settings = {**settings, **overrides, **smoke_settings, "eval.baselines": BASELINES if index == 0 else ()}
-        runs = [_seed_run(module, run_settings, seed, tmp / f"runs{index}") for seed in seed_values]
+        with _ease_kept_on_disk(tmp):
+            runs = [_seed_run(module, run_settings, seed, tmp / f"runs{index}") for seed in seed_values]
         rows.append(_model_row(dataset, name, runs, seed_values, protocol))
         recipe_runs = recipe_runs or runs
     return rows + [_baseline_row(dataset, baseline, recipe_runs) for baseline in BASELINES
