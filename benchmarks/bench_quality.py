@@ -31,7 +31,7 @@ LightGCN code's convention; on leave-one-out data it is HR@20), NDCG@20 with the
 95% bootstrap intervals over users. ``published`` quotes numbers for exactly that split where we found them.
 
     python -m benchmarks.bench_quality [--datasets=lastfm,ml-1m,amazon-beauty,amazon-beauty-sets,ml-100k,gowalla-shape]
-        [--seeds=3] [--first_seed=42]
+        [--seeds=3] [--first_seed=42] [--baselines=most_popular,item_knn,ease]
         [--smoke] [--record]
 """
 
@@ -309,8 +309,8 @@ def _baseline_row(dataset: str, baseline: str, runs: list[tuple[dict, dict]]) ->
     return row
 
 
-def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, first_seed: int = FIRST_SEED
-                ) -> list[dict]:
+def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, first_seed: int = FIRST_SEED,
+                baseline_names: Sequence[str] = BASELINES) -> list[dict]:
     """Rows of one dataset: each model variant (mean over seeds), then the baselines against the first variant."""
     settings, protocol = _data(dataset, tmp, smoke)
     variants = ML100K_VARIANTS if dataset == "ml-100k" and not smoke else RECIPE
@@ -318,7 +318,7 @@ def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, fi
     smoke_settings = {"train.epochs": 2, "eval.bootstrap": 100} if smoke else {}
     rows, recipe_runs = [], []
     for index, (name, module, overrides) in enumerate(variants):
-        run_settings = {**settings, **overrides, **smoke_settings, "eval.baselines": BASELINES if index == 0 else ()}
+        run_settings = {**settings, **overrides, **smoke_settings, "eval.baselines": tuple(baseline_names) if index == 0 else ()}
         with _ease_kept_on_disk(tmp):
             runs = [_seed_run(module, run_settings, seed, tmp / f"runs{index}") for seed in seed_values]
         rows.append(_model_row(dataset, name, runs, seed_values, protocol))
@@ -327,12 +327,13 @@ def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, fi
                    if f"baseline/{baseline}/recall@20" in recipe_runs[0][0]]
 
 
-def run(smoke: bool, datasets: Sequence[str] = ALL, seeds: int = 3, first_seed: int = FIRST_SEED) -> list[dict]:
+def run(smoke: bool, datasets: Sequence[str] = ALL, seeds: int = 3, first_seed: int = FIRST_SEED,
+        baseline_names: Sequence[str] = BASELINES) -> list[dict]:
     """Rows of every dataset (``smoke``: tiny synthetic sequences, two epochs, two seeds)."""
     rows = []
     for dataset in (("synthetic-smoke",) if smoke else datasets):
         with tempfile.TemporaryDirectory() as tmp:
-            rows += run_dataset(dataset, Path(tmp), 2 if smoke else seeds, smoke, first_seed)
+            rows += run_dataset(dataset, Path(tmp), 2 if smoke else seeds, smoke, first_seed, baseline_names)
     return rows
 
 
@@ -343,6 +344,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="runs per model row (config.seed = 42, 43, ...)")
     parser.add_argument("--first_seed", type=int, default=FIRST_SEED,
                         help="config.seed of the first run (a long benchmark can be run one seed at a time)")
+    parser.add_argument("--baselines", default=",".join(BASELINES),
+                        help="baselines evaluated beside the model (EASE^R at 38-41k items adds minutes per run)")
     add_record_flag(parser)
     args = parser.parse_args()
     unknown = sorted(set(args.datasets.split(",")) - set(ALL))
@@ -350,7 +353,8 @@ def main() -> None:
         parser.error(f"unknown datasets {unknown}; known: {list(ALL)}")
     if args.seeds < 1:
         parser.error(f"--seeds must be at least 1, got {args.seeds}")
-    rows = run(args.smoke, tuple(args.datasets.split(",")), args.seeds, args.first_seed)
+    rows = run(args.smoke, tuple(args.datasets.split(",")), args.seeds, args.first_seed,
+               tuple(filter(None, args.baselines.split(","))))
     print(json.dumps(rows, indent=2))
     if should_record(args):
         record("quality", rows, "python -m benchmarks.bench_quality " + " ".join(sys.argv[1:]))
