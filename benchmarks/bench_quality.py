@@ -26,11 +26,16 @@ their rows show the first seed's values. Datasets (from ``../shared/datasets/``)
   refit included (the issue's budget: 15 minutes on 2 cores), and EASE^R's fit besides (a 41k x 41k inverse: the
   run raises ``eval.baseline_memory_mb`` to :data:`GOWALLA_EASE_MB`; a user's run with the default budget skips it).
 
+- ``yelp2018``: real large sparse sets (set-splits/yelp2018's ``train.txt``; its test part is withheld), dealt by
+  :func:`yelp_parts` into a seeded 80/20 per user (training file / test file, in a temporary directory), run with the
+  large-set schedule (:data:`LARGE_SET_SCHEDULE`, docs/objectives.md) and ``eval.baseline_memory_mb`` raised to
+  :data:`YELP_EASE_MB` for EASE^R at 38,048 items, whose weights are fitted once and reused by the later seeds.
+
 Full-corpus exact ranking, the user's training items excluded, recall@20 with |test items| as the denominator (the
 LightGCN code's convention; on leave-one-out data it is HR@20), NDCG@20 with the ideal DCG over min(|test|, 20),
 95% bootstrap intervals over users. ``published`` quotes numbers for exactly that split where we found them.
 
-    python -m benchmarks.bench_quality [--datasets=lastfm,ml-1m,amazon-beauty,amazon-beauty-sets,ml-100k,gowalla-shape]
+    python -m benchmarks.bench_quality [--datasets=lastfm,ml-1m,amazon-beauty,amazon-beauty-sets,ml-100k,gowalla-shape,yelp2018]
         [--seeds=3] [--first_seed=42] [--baselines=most_popular,item_knn,ease]
         [--smoke] [--record]
 """
