@@ -50,12 +50,12 @@ def run(dataset: str, settings: dict, max_epochs: int, patience: int, users: int
                     "data.validation_path": str(paths["valid"]), "train.epochs": max_epochs,
                     "train.early_stopping_patience": patience}
         start = time.perf_counter()
-        metrics, summary, train_seconds = _run(_config("two_tower", {**common, **data, **settings}), tmp / "run", "s")
+        metrics, summary, seconds = _run(_config("two_tower", {**common, **data, **settings}), tmp / "run", "s")
         wall = time.perf_counter() - start
     row = {"dataset": dataset, "part": "test" if final_epochs else "validation", "users": users or "all",
            "settings": settings, "recall@20": round(metrics["recall@20"], 4), "ndcg@20": round(metrics["ndcg@20"], 4),
            "best_epoch": summary.get("best_epoch") or (summary.get("tuning") or {}).get("best_epoch"),
-           "train_s": round(train_seconds, 1), "wall_s": round(wall, 1)}
+           "train_s": round(seconds["train"], 1), "wall_s": round(wall, 1)}
     for baseline in baselines:
         if f"baseline/{baseline}/recall@20" in metrics:
             row[baseline] = [round(metrics[f"baseline/{baseline}/recall@20"], 4),

@@ -65,11 +65,20 @@ def default_train_config() -> ml_collections.ConfigDict:
     # is not used for either). 0: no automatic holdout (early stopping then needs validation data).
     config.validation_fraction = 0.1
     config.refit = True
+    # With refit: 0 trains the final model from scratch for the best epoch count; N > 0 continues from the tuned
+    # model's best weights on all training data for N epochs instead (the holdout's items enter the model), from
+    # the learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end:
+    # the refit then costs N epochs, not best-epoch-many (benchmarks/RESULTS.md, "Issue 36").
+    config.refit_epochs = 0
     # Name under which the validation metric is logged (Keras logs, TensorBoard).
     config.eval_metric_name = "val_recall"
     # Cut-off of the validation recall the pipeline computes for early stopping (validation data required:
     # data.validation_path with split "files", or data.validation with leave_last_n).
     config.eval_k = 20
+    # Validation recall on a seeded uniform sample of this many validation users (only their rows are read): each
+    # evaluation then costs a fraction of the full-corpus ranking of every user, and the sample is the same at
+    # every epoch, so epochs compare on the same users. 0: eval.max_users (itself 0: every validation user).
+    config.eval_max_users = 0
     # Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG), or
     # "parameter_server" (TF_CONFIG with ps tasks: tables too large for a worker, split across the ps tasks).
     config.strategy = "default"

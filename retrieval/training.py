@@ -51,13 +51,15 @@ from retrieval.settings import (  # noqa: F401
 @dataclasses.dataclass
 class FitResult:
     """What ``fit`` did: Keras history (per-epoch logs), the final step, the best validation metric and the epoch
-    (1-based, counted from the start of training) that reached it."""
+    (1-based, counted from the start of training) that reached it, and the learning rate the schedule gave at the
+    end of that epoch (where a refit that continues from the best weights starts: ``learning_rate_at``)."""
 
     history: dict
     step: int
     best_metric: Optional[float] = None
     stopped_early: bool = False
     best_epoch: Optional[int] = None
+    best_learning_rate: Optional[float] = None
 
 
 class _StepCallback(tf.keras.callbacks.Callback):
@@ -221,6 +223,12 @@ def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
     return tf.keras.optimizers.schedules.CosineDecay(
         0.0 if warmup else float(config.learning_rate), decay_steps=max(total_steps - warmup, 1), alpha=alpha,
         warmup_target=float(config.learning_rate) if warmup else None, warmup_steps=warmup)
+
+
+def learning_rate_at(config: ml_collections.ConfigDict, total_steps: int, step: int) -> float:
+    """The learning rate ``learning_rate(config, total_steps)`` gives at optimizer step ``step``."""
+    schedule = learning_rate(config, total_steps)
+    return float(schedule(step)) if callable(schedule) else schedule
 
 
 def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
@@ -402,7 +410,9 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
             history.history[config.eval_metric_name] = [score for _, score in early.scores]
             best_epoch = early.best_epoch_number()
         return FitResult(history=history.history, step=int(model.optimizer.iterations.numpy()), best_metric=best,
-                         stopped_early=bool(early is not None and early.stopped_epoch > 0), best_epoch=best_epoch)
+                         stopped_early=bool(early is not None and early.stopped_epoch > 0), best_epoch=best_epoch,
+                         best_learning_rate=(None if best_epoch is None else
+                                             learning_rate_at(config, total_steps, best_epoch * steps_per_epoch)))
     finally:
         if private_dir is not None:
             shutil.rmtree(private_dir, ignore_errors=True)

@@ -66,6 +66,15 @@ def test_schedule_warms_up_then_follows_the_cosine():
         training.make_optimizer(train_config(optimizer="sgd"), 100)
 
 
+def test_learning_rate_at_is_the_schedule_at_that_step():
+    config = train_config(warmup_steps=10, learning_rate=0.1, min_learning_rate_ratio=0.0)
+    assert training.learning_rate_at(config, 110, 60) == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 0.5)),
+                                                                        rel=1e-5)
+    assert training.learning_rate_at(config, 110, 110) == pytest.approx(0.0, abs=1e-9)
+    constant = train_config(schedule="constant", warmup_steps=0, learning_rate=0.3)
+    assert training.learning_rate_at(constant, 100, 50) == 0.3
+
+
 def training_state(model):
     """What a resumed run must reproduce: the trainable weights and the frequency estimator (not the metrics)."""
     return [*model.trainable_variables, *model.objective.estimator.weights]

@@ -226,7 +226,8 @@ class TrainingJob:
             return artifacts.read_json(record)
         model, result = self._fit("tuning")
         tuned = {"best_epoch": result.best_epoch, "best_metric": result.best_metric, "steps": result.step,
-                 "stopped_early": result.stopped_early, "history": result.history}
+                 "stopped_early": result.stopped_early, "best_learning_rate": result.best_learning_rate,
+                 "history": result.history}
         logging.info("tuning on the automatic holdout: best %s %.4f at epoch %s", self.config.train.eval_metric_name,
                      result.best_metric or float("nan"), result.best_epoch)
         artifacts.write_json(record, tuned)
@@ -236,18 +237,24 @@ class TrainingJob:
 
     def _fit_two_tower(self):
         """The final model: trained (refit on all training data after tuning on the holdout, or trained as
-        configured), or restored from the finished training's last checkpoint."""
+        configured), or restored from the finished training's last checkpoint. The refit starts from scratch for
+        the best epoch count, or with ``train.refit_epochs`` continues the tuned model's best weights for that many
+        epochs, from the learning rate its schedule had reached at the best epoch."""
         holdout = self._tune()
         if holdout is None:
             return self._fit("final")
         if not self.config.train.refit:
             return self._fit("tuning")
+        if self.config.train.refit_epochs and holdout.get("best_learning_rate") is not None:
+            return self._fit("refit", epochs=self.config.train.refit_epochs,
+                             warm_learning_rate=holdout["best_learning_rate"])
         return self._fit("refit", epochs=holdout["best_epoch"] or self.config.train.epochs)
 
-    def _fit(self, phase: str, epochs: Optional[int] = None):
+    def _fit(self, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None):
         """Builds the model and trains it: ``final`` (the configured run), ``tuning`` (the training data minus the
         automatic holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all training data for
-        ``epochs`` epochs, no early stopping)."""
+        ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuning run's last checkpoint,
+        which holds its best weights, at that peak learning rate)."""
         from retrieval import distributed, training
         from retrieval.models import build_model
         from retrieval.models import config as model_config
@@ -265,17 +272,25 @@ class TrainingJob:
         if phase == "refit":
             train_config = ml_collections.ConfigDict(c.train.to_dict())
             train_config.epochs, train_config.early_stopping_patience = int(epochs), 0
+            if warm_learning_rate is not None:
+                train_config.learning_rate = float(warm_learning_rate)
         checkpoints = self.paths.checkpoints / "tuning" if tuning else self.paths.checkpoints
         strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
                                              ps_min_shard_bytes=c.train.ps_min_shard_bytes)
-        with strategy.scope():
-            model = build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
-                                self._features("user", user_vocab),
-                                inference_history=c.model.inference_history if sets else None,
-                                inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
-                                                     if sets else 0))
+        def make_model():
+            with strategy.scope():
+                return build_model(c.model, item_vocab, user_vocab, self._features("item", item_vocab),
+                                   self._features("user", user_vocab),
+                                   inference_history=c.model.inference_history if sets else None,
+                                   inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
+                                                        if sets else 0))
+
+        model = make_model()
         previous = self._warm_start_source()  # the run whose vocabularies the prepare stage kept stable
-        if previous is not None and not any(checkpoints.glob("ckpt*")):
+        if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
+            training.build_variables(model, examples)
+            self._copy_tuned_weights(make_model(), model, examples)
+        elif previous is not None and not any(checkpoints.glob("ckpt*")):
             training.build_variables(model, examples)  # the id tables must exist before rows are copied in
             warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, previous)
         evaluate_fn = None if phase == "refit" else self._validation_fn(model, item_vocab, user_vocab, tuning)
@@ -286,6 +301,24 @@ class TrainingJob:
             self._model = model
         return model, result
 
+    def _copy_tuned_weights(self, tuned, model, examples) -> None:
+        """Copies into ``model`` the weights of the tuning run's last checkpoint (which ``training.fit`` saves after
+        early stopping restored the best epoch's weights), by way of ``tuned``, a second model of the same
+        configuration: restoring into ``model`` itself would also queue the tuning optimizer's step and slots for
+        the refit's optimizer (a checkpoint restores variables created later), and the refit would resume there."""
+        import tensorflow as tf
+
+        from retrieval import training
+
+        latest = tf.train.latest_checkpoint(str(self.paths.checkpoints / "tuning"))
+        if latest is None:
+            raise FileNotFoundError(f"no tuning checkpoint under {self.paths.checkpoints / 'tuning'} to refit from")
+        training.build_variables(tuned, examples)
+        tf.train.Checkpoint(model=tuned).restore(latest).expect_partial().assert_existing_objects_matched()
+        for target, source in zip(model.weights, tuned.weights, strict=True):
+            target.assign(source)
+        logging.info("refit: continuing from the tuned weights of %s", latest)
+
     def _is_set_data(self) -> bool:
         return ((self.stages.summary("prepare") or {}).get("order") or {}).get("order") == "none"
 
@@ -295,7 +328,8 @@ class TrainingJob:
     def _validation_fn(self, model, item_vocab: Vocabulary, user_vocab: Vocabulary, tuning: bool = False):
         """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation
         data or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the
-        user sample of ``eval.max_users`` when set (only those users' rows are read)."""
+        user sample of ``train.eval_max_users``, else of ``eval.max_users``, when set (only those users' rows are
+        read)."""
         from retrieval.evaluation import loading, runs
         from retrieval.evaluation.early_stopping import recall_fn
 
@@ -305,7 +339,8 @@ class TrainingJob:
             train_path, validation_path = prepare.tuning_data(paths, "train"), prepare.tuning_data(paths, "validation")
         if t.early_stopping_patience <= 0 or not validation_path.exists():
             return None
-        sample = runs.user_sample(validation_path, self.config.eval.max_users, self.config.seed)
+        sample = runs.user_sample(validation_path, t.get("eval_max_users", 0) or self.config.eval.max_users,
+                                  self.config.seed)
         if sample is None:
             train, validation = pd.read_parquet(train_path), pd.read_parquet(validation_path)
         else:

@@ -1,5 +1,6 @@
 """Smoke run of the quality benchmark, so it does not rot (the real figures: `python -m benchmarks.bench_quality`)."""
 
+import numpy as np
 import pytest
 
 from benchmarks import bench_quality
@@ -44,3 +45,40 @@ def test_one_command_has_no_validation_file():
     flags = bench_quality.one_command("train.txt", "test.txt")
     assert flags["data.split"] == "files" and flags["data.test_path"] == "test.txt"
     assert not any("validation" in key for key in flags)
+
+
+def test_ease_kept_on_disk_gives_the_fitted_weights_and_reads_them_back(tmp_path):
+    from retrieval.evaluation import baselines, csr
+
+    rng = np.random.default_rng(0)
+    rows, cols = rng.integers(0, 30, 400), rng.integers(0, 25, 400)
+    train = csr.from_pairs(rows, cols, 30)
+    reference = baselines.Ease(train, 25, 5.0).weights
+    with bench_quality._ease_kept_on_disk(tmp_path):
+        first = baselines.make("ease", train, 25, np.ones(25), ease_lambda=5.0)
+        (saved,) = tmp_path.glob("ease-*.npy")
+        np.save(saved, np.load(saved) + 1.0)  # a second scorer must read the file, not fit again
+        second = baselines.make("ease", train, 25, np.ones(25), ease_lambda=5.0)
+        other = baselines.make("ease", train, 25, np.ones(25), ease_lambda=6.0)  # another lambda: fitted afresh
+    np.testing.assert_array_equal(first.weights, reference)
+    np.testing.assert_array_equal(second.weights, reference + 1.0)
+    np.testing.assert_array_equal(other.weights, baselines.Ease(train, 25, 6.0).weights)
+    assert baselines.Ease.__name__ == "Ease"  # restored on exit
+
+
+@pytest.mark.skipif(not (bench_quality.DATASETS / "set-splits" / "yelp2018" / "train.txt").exists(),
+                    reason="needs ../shared/datasets/set-splits/yelp2018")
+def test_yelp_parts_deal_each_users_items_80_20_without_loss(tmp_path):
+    parts = bench_quality.yelp_parts(tmp_path)
+    source = {line.split()[0]: line.split()[1:] for line in
+              open(bench_quality.DATASETS / "set-splits" / "yelp2018" / "train.txt")}
+    train = {line.split()[0]: line.split()[1:] for line in open(parts["train"])}
+    test = {line.split()[0]: line.split()[1:] for line in open(parts["test"])}
+    assert train.keys() == source.keys()
+    for user, items in source.items():
+        held = test.get(user, [])
+        assert sorted(train[user] + held, key=int) == sorted(items, key=int) and not set(train[user]) & set(held)
+        assert len(train[user]) == int(np.floor(0.8 * len(items) + 0.5))
+    (tmp_path / "again").mkdir()
+    again = bench_quality.yelp_parts(tmp_path / "again")
+    assert again["test"].read_text() == parts["test"].read_text()  # seeded: the same split every time

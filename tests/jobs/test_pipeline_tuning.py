@@ -4,8 +4,11 @@ count (train.refit); the test data take no part in either."""
 
 import math
 
+import numpy as np
 import pandas as pd
+import tensorflow as tf
 
+from retrieval import training
 from retrieval.data import prepare
 from retrieval.jobs.job import TrainingJob
 from tests.jobs.test_pipeline_job import make_config
@@ -19,7 +22,8 @@ def _rows(frame: pd.DataFrame) -> list:
 
 
 def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, tmp_path):
-    job = TrainingJob(make_config(log_path, **TUNING), str(tmp_path), "tuned")
+    # refit_epochs 0: the refit from scratch for the best epoch count (the shipped config continues the tuned model)
+    job = TrainingJob(make_config(log_path, **TUNING, **{"train.refit_epochs": 0}), str(tmp_path), "tuned")
     job.run()
     holdout = job.stages.summary("prepare")["tuning"]
     train = pd.read_parquet(job.paths.train_data)
@@ -52,3 +56,43 @@ def test_sets_hold_out_a_random_share_and_a_given_validation_file_turns_it_off(l
     config = make_config(log_path, **{**TUNING, "data.validation": True})
     assert prepare.tuning_fraction(config) == 0.0  # leave_last_n's own validation part is used instead
     assert prepare.tuning_fraction(make_config(log_path, **{**TUNING, "train.early_stopping_patience": 0})) == 0.0
+
+
+def _model_weights(directory) -> dict:
+    """The model's variables (not the optimizer's, nor the loss tracker's) in the newest checkpoint of ``directory``."""
+    path = tf.train.latest_checkpoint(str(directory))
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)
+            if name.startswith("model/") and "OPTIMIZER_SLOT" not in name and "tracker" not in name}
+
+
+def test_a_warm_refit_continues_from_the_tuned_weights_at_the_learning_rate_of_the_best_epoch(log_path, tmp_path):
+    # One epoch, the cap: the best epoch ends the cosine, where its learning rate is 0, so a refit that starts from
+    # the tuned weights ends on them exactly; one that started afresh (or anywhere else) would not.
+    config = make_config(log_path, **{**TUNING, "train.epochs": 1, "train.refit_epochs": 1, "train.min_learning_rate_ratio": 0.0})
+    job = TrainingJob(config, str(tmp_path), "warm")
+    job.run()
+    summary = job.stages.summary("train")
+    tuned = summary["tuning"]
+    assert summary["refit"] and tuned["best_epoch"] == 1 and tuned["best_learning_rate"] == 0.0
+    examples = job.stages.summary("prepare")["examples"]["count"]
+    assert len(summary["history"]["loss"]) == 1 and summary["steps"] == math.ceil(examples / 256)
+    refit, tuning = _model_weights(job.paths.checkpoints), _model_weights(job.paths.checkpoints / "tuning")
+    assert refit.keys() == tuning.keys() and any("embeddings" in name for name in refit)
+    for name, value in refit.items():
+        np.testing.assert_array_equal(value, tuning[name], err_msg=name)
+
+
+def test_the_tuning_record_keeps_the_schedules_learning_rate_at_the_best_epoch(log_path, tmp_path):
+    config = make_config(log_path, **{**TUNING, "train.refit_epochs": 2, "train.min_learning_rate_ratio": 0.5})
+    job = TrainingJob(config, str(tmp_path), "warm2")
+    job.run()
+    summary = job.stages.summary("train")
+    tuned = summary["tuning"]
+    steps_per_epoch = math.ceil(len(prepare.load_examples(job.paths, True, config.model.max_history,
+                                                      config.data.history_keep, tuning=True)) / 256)
+    expected = training.learning_rate_at(config.train, config.train.epochs * steps_per_epoch,
+                                         tuned["best_epoch"] * steps_per_epoch)
+    assert tuned["best_learning_rate"] == expected > 0
+    examples = job.stages.summary("prepare")["examples"]["count"]
+    assert len(summary["history"]["loss"]) == 2 and summary["steps"] == 2 * math.ceil(examples / 256)
