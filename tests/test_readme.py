@@ -107,3 +107,30 @@ def test_every_bash_block_uses_the_checkouts_python(block):
     for command in block:
         if "-m pipelines." in command:
             assert command.startswith(".venv/bin/python -m "), command
+
+
+def test_the_catalogue_commands_serve_items_nobody_clicked(tmp_path):
+    """"Items nobody has clicked yet": train with an item table holding items without interactions (two epochs, to
+    keep the suite fast), then refresh from a table with new items; both are published and served."""
+    block = next(b for b in _bash_blocks() if any("pipelines.refresh" in c for c in b))
+    log = pd.read_csv(ROOT / "data" / "interactions.csv")
+    log.to_parquet(tmp_path / "clicks.parquet", index=False)
+    items = pd.read_csv(ROOT / "data" / "items.csv")
+    items = pd.concat([items, pd.DataFrame({"item_id": ["unclicked0", "unclicked1"], "genres": ["g1|g2", "g3"]})])
+    items.assign(title=[f"item {i % 7} story" for i in range(len(items))]).to_csv(tmp_path / "items.csv", index=False)
+    today = pd.concat([items.iloc[5:], pd.DataFrame({"item_id": ["new0"], "genres": ["g1"]})])
+    today.assign(title="new story").to_csv(tmp_path / "items-today.csv", index=False)
+    here = {"/data/clicks.parquet": tmp_path / "clicks.parquet", "/data/items.csv": tmp_path / "items.csv",
+            "/data/items-today.csv": tmp_path / "items-today.csv", "/srv/models": tmp_path / "models"}
+    train, refresh = block
+    for example, path in here.items():
+        train, refresh = train.replace(example, str(path)), refresh.replace(example, str(path))
+    trained = _run(train + " --config.train.epochs=2", tmp_path)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    refreshed = _run(refresh, tmp_path)
+    assert refreshed.returncode == 0, refreshed.stderr[-3000:]
+    assert "published catalogue refresh" in refreshed.stdout and "1 new, 5 removed" in refreshed.stdout
+    from retrieval import export
+
+    ids = export.read_item_embeddings(tmp_path / "models" / "catalogue" / "latest" / "item_embeddings.parquet")[0]
+    assert {"new0", "unclicked0", "unclicked1"} <= set(ids)
