@@ -36,6 +36,8 @@ import tensorflow as tf
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.models.layers import MASK_BELOW, Initializers
 
+LENGTH_BUCKETS = 8  # parts of similar history length a training batch is encoded in (length_buckets)
+
 
 def causal_attention_mask(valid: tf.Tensor) -> tf.Tensor:
     """``[B, H, H]`` boolean: query position ``j`` may attend key position ``k`` iff ``k >= j`` (``k`` is the same
@@ -46,6 +48,25 @@ def causal_attention_mask(valid: tf.Tensor) -> tf.Tensor:
     older_or_same = rank[tf.newaxis, :] >= rank[:, tf.newaxis]  # [query j, key k]: k >= j
     itself = tf.eye(positions, dtype=tf.bool)
     return tf.logical_and(older_or_same[tf.newaxis], valid[:, tf.newaxis, :]) | itself[tf.newaxis]
+
+
+def last_item_span(valid: tf.Tensor) -> tf.Tensor:
+    """``[B]`` int32: one past the last position holding an item (0 for an empty history); ``valid`` ``[B, H]``."""
+    rank = tf.range(1, tf.shape(valid)[1] + 1)[tf.newaxis, :]
+    return tf.reduce_max(tf.where(valid, rank, 0), axis=1)
+
+
+def length_buckets(valid: tf.Tensor, buckets: int) -> list[tf.Tensor]:
+    """The batch's row numbers sorted by ``last_item_span`` and cut into ``buckets`` parts of (nearly) equal size.
+
+    Why: histories are mostly short (Amazon Beauty: median 4 items, 1% above 41) but a batch's width is its longest
+    history's; the encoder then computes mostly padding. Encoding each part at its own width (the encoder cuts
+    it) computed about a third of the positions on Beauty's batches of 256 (``benchmarks/RESULTS.md``, issue 37).
+    """
+    order = tf.argsort(last_item_span(valid), stable=True)
+    size = tf.shape(order)[0]
+    cuts = [size * part // buckets for part in range(buckets + 1)]
+    return [order[cuts[part]:cuts[part + 1]] for part in range(buckets)]
 
 
 def every_position_targets(history: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -90,7 +111,8 @@ class _Block(tf.keras.layers.Layer):
 
 class SelfAttentionEncoder(tf.keras.layers.Layer):
     """Maps history embeddings ``[B, H, d]`` (most recent first) and their validity ``[B, H]`` to causal states
-    ``[B, min(H, max_positions), d]``; the state at position 0 reads the whole history (see the module docstring).
+    ``[B, W, d]``, ``W`` the batch's longest history (at most ``max_positions``; later positions are padding in every
+    row, and are cut); the state at position 0 reads the whole history (see the module docstring).
 
     Args:
       max_positions: rows of the learned position table (``model.max_history``); a longer history is cut to its
@@ -123,7 +145,10 @@ class SelfAttentionEncoder(tf.keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, embeddings: tf.Tensor, valid: tf.Tensor, training=None) -> tf.Tensor:
-        embeddings, valid = embeddings[:, :self.max_positions], valid[:, :self.max_positions]
+        # Positions past the batch's last item are padding everywhere: cut them (exact, since a position reads
+        # only older ones and padding keys are masked), so a batch of short histories costs what its items cost.
+        width = tf.maximum(1, tf.reduce_max(last_item_span(valid[:, :self.max_positions])))
+        embeddings, valid = embeddings[:, :width], valid[:, :width]
         width = embeddings.shape[-1]
         keep = tf.cast(valid, embeddings.dtype)[..., tf.newaxis]
         x = embeddings * math.sqrt(width) + self.positions[:tf.shape(embeddings)[1]]

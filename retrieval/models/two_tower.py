@@ -19,9 +19,9 @@ import tensorflow_recommenders as tfrs
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed
 from retrieval.data.vocab import NUM_RESERVED
-from retrieval.models.layers import interleaved_parts, masked_mean
+from retrieval.models.layers import MASK_BELOW, interleaved_parts, masked_mean
 from retrieval.models.objectives import OutputTable
-from retrieval.models.sequence_encoder import every_position_targets
+from retrieval.models.sequence_encoder import LENGTH_BUCKETS, every_position_targets, length_buckets
 from retrieval.models.towers import ItemTower, UserTower
 
 
@@ -89,10 +89,7 @@ class TwoTowerModel(tfrs.Model):
         global batch's positions: SASRec's per-position average (Kang and McAuley 2018, eq. 5, with a softmax)."""
         labels = tf.cast(inputs["label"], tf.int32)
         if self.every_position:
-            states = self.user_tower(inputs, training=training, every_position=True)
-            targets, where = every_position_targets(inputs["history"], labels)
-            per_example = self.objective(tf.boolean_mask(states, where), tf.boolean_mask(targets, where),
-                                         training=training)
+            per_example = self.objective(*self._every_position_queries(inputs, labels, training), training=training)
             self.loss_tracker.update_state(per_example)
             return distributed.average_loss(per_example)
         self.user_tower.chunked_pooling = bool(self.jit_compile)
@@ -103,6 +100,22 @@ class TwoTowerModel(tfrs.Model):
         per_example = self.objective(user_vectors, labels, training=training)
         self.loss_tracker.update_state(per_example)
         return distributed.average_loss(per_example)
+
+    def _every_position_queries(self, inputs: Mapping[str, tf.Tensor], labels: tf.Tensor,
+                                training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        """The user vector after every valid history position of the batch and the item that followed it, ``([N, d],
+        [N])``. The rows are encoded in ``LENGTH_BUCKETS`` parts of similar history length (``sequence_encoder.
+        length_buckets``), each at its own width; the objective then sees all positions together (one batch of
+        negatives)."""
+        history = tf.cast(inputs["history"], tf.int32)
+        queries, targets = [], []
+        for rows in length_buckets(history >= MASK_BELOW, LENGTH_BUCKETS):
+            part = {key: tf.gather(value, rows) for key, value in inputs.items()}
+            states = self.user_tower(part, training=training, every_position=True)
+            target, where = every_position_targets(part["history"][:, :tf.shape(states)[1]], tf.gather(labels, rows))
+            queries.append(tf.boolean_mask(states, where))
+            targets.append(tf.boolean_mask(target, where))
+        return tf.concat(queries, axis=0), tf.concat(targets, axis=0)
 
     def train_step(self, inputs: Mapping[str, tf.Tensor]) -> dict:
         with tf.GradientTape() as tape:
