@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 import ml_collections
-from absl import logging
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.data.vocab import Vocabulary
