@@ -77,9 +77,10 @@ def default_config() -> ml_collections.ConfigDict:
     # user_tower.sequence below). Set data (data.order=none) has no order to read: self_attention then falls back
     # to "mean", logged.
     config.user_tower.pooling = "mean"
-    # pooling="self_attention" only (retrieval/models/sequence_encoder.py). Transformer blocks, attention heads (the
-    # history width must be a multiple of them) and the dropout rate of the input, attention and residual branches.
+    # pooling="self_attention" only (retrieval/models/sequence_encoder.py): the encoder and how it is trained.
     config.user_tower.sequence = ml_collections.ConfigDict()
+    # Transformer blocks, attention heads (the history width must be a multiple of them) and the dropout rate of the
+    # input, the attention weights and the residual branches (training only).
     config.user_tower.sequence.num_blocks = 2
     config.user_tower.sequence.num_heads = 1
     config.user_tower.sequence.dropout = 0.2
