@@ -14,7 +14,9 @@ their rows show the first seed's values. Datasets (from ``../shared/datasets/``)
   file is ``train.txt`` + ``valid.txt`` (the split's validation part is training data to a user who tunes
   automatically), the test file ``test.txt``; ``data.order=none`` stated (these lines are in no order a detector
   could tell from time).
-- ``amazon-beauty``: sequences (ICLRec's file, items in time order): leave-last-one-out next-item.
+- ``amazon-beauty``: sequences (ICLRec's file, items in time order): leave-last-one-out next-item. Two rows: the
+  recipe and the self-attentive user tower (``configs/sequential.py``), the latter with its paired difference from
+  the recipe on the same users, per seed.
 - ``amazon-beauty-sets``: the same real file read as sets, a large sparse set split (22,363 users, 12,101 items,
   0.07% dense, Gowalla's sparsity): the one command's own seeded random 80/20 per-user holdout
   (``data.split=random``, ``data.order=none``), so each seed is another split; EASE^R fits (12k items).
@@ -107,6 +109,7 @@ ML100K_VARIANTS = RECIPE + [
     ("in-batch, no log-Q", "two_tower", {"model.objective.log_q": "none"}),
     ("Item2Vec (user = mean of history)", "item2vec", {}),
 ]
+SEQUENCE_VARIANTS = RECIPE + [("self-attentive user tower (configs/sequential.py)", "sequential", {})]
 
 
 def one_command(train: Path, test: Path) -> dict:
@@ -241,11 +244,23 @@ def _seed_run(module: str, settings: dict, seed: int, directory: Path) -> tuple[
     """One seed's run of the one command, in a model directory of its own (the quality gate compares a run with
     the model directory's published one): its metrics and what it took (holdout's best epoch, seconds)."""
     start = time.perf_counter()
-    metrics, summary, seconds = _run(_config(module, {**settings, "seed": seed}), directory / f"seed{seed}",
-                                           "run")
+    config = _config(module, {**settings, "seed": seed})
+    metrics, summary, seconds = _run(config, directory / f"seed{seed}", "run")
     return metrics, {"epochs": (summary.get("tuning") or {}).get("best_epoch", summary.get("best_epoch")),
                      "train_s": round(seconds["train"], 1), "evaluate_s": round(seconds["evaluate"], 1),
-                     "run_s": round(time.perf_counter() - start, 1)}
+                     "run_s": round(time.perf_counter() - start, 1),
+                     "run_dir": directory / f"seed{seed}" / config.name / "run"}
+
+
+def _minus_recipe(runs: list[tuple[dict, dict]], recipe_runs: list[tuple[dict, dict]]) -> dict:
+    """Per seed, a variant minus the recipe of the same seed on the same test users (``evaluate_run`` with
+    ``compare_run_dir``): recall@20 and NDCG@20, 95% bootstrap interval, sign-flip p-value."""
+    from retrieval.evaluation.runs import evaluate_run
+
+    paired = [evaluate_run(extra["run_dir"], compare_run_dir=str(recipe["run_dir"]), baselines=(), n_bootstrap=1000,
+                           write=False) for (_, extra), (_, recipe) in zip(runs, recipe_runs, strict=True)]
+    return {f"minus the recipe, {metric} [95% CI], per seed": "; ".join(_paired(m, "compare", metric) for m in paired)
+            for metric in HEADLINE}
 
 
 @contextlib.contextmanager
@@ -322,7 +337,8 @@ def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, fi
                 baseline_names: Sequence[str] = BASELINES) -> list[dict]:
     """Rows of one dataset: each model variant (mean over seeds), then the baselines against the first variant."""
     settings, protocol = _data(dataset, tmp, smoke)
-    variants = ML100K_VARIANTS if dataset == "ml-100k" and not smoke else RECIPE
+    variants = {"ml-100k": ML100K_VARIANTS, "amazon-beauty": SEQUENCE_VARIANTS}.get(dataset, RECIPE)
+    variants = RECIPE if smoke else variants
     seed_values = [first_seed + i for i in range(seeds)]
     smoke_settings = {"train.epochs": 2, "eval.bootstrap": 100} if smoke else {}
     rows, recipe_runs = [], []
@@ -331,6 +347,8 @@ def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, fi
         with _ease_kept_on_disk(tmp):
             runs = [_seed_run(module, run_settings, seed, tmp / f"runs{index}") for seed in seed_values]
         rows.append(_model_row(dataset, name, runs, seed_values, protocol))
+        if dataset == "amazon-beauty" and index:
+            rows[-1].update(_minus_recipe(runs, recipe_runs))
         recipe_runs = recipe_runs or runs
     return rows + [_baseline_row(dataset, baseline, recipe_runs) for baseline in BASELINES
                    if f"baseline/{baseline}/recall@20" in recipe_runs[0][0]]

@@ -39,11 +39,15 @@ def reference_vectors(model, items, users):
     return model.user_vectors(tf.constant(users.lookup(USERS), tf.int32), tf.constant(history, tf.int32)).numpy()
 
 
-@pytest.fixture(scope="module")
-def exported(vocabs, tmp_path_factory):
+@pytest.fixture(scope="module", params=["mean", "self_attention"])
+def exported(vocabs, tmp_path_factory, request):
+    """An exported model; pooling "self_attention" (the causal encoder of configs/sequential.py) exports through
+    the same ``serving_default(user_id, history)``."""
     items, users = vocabs
     config = default_config()
     config.embedding_dim, config.item_tower.id_embedding_dim, config.max_history = 6, 6, H
+    config.user_tower.pooling = request.param
+    config.user_tower.sequence.num_heads = 2
     config.user_tower.hidden_units = (8,)
     config.user_tower.user_id_embedding_dim = 3
     model = build_model(config, items, users, user_features={"group": np.r_[0, 0, np.arange(users.size - 2) % 3].astype(np.int32)})

@@ -283,7 +283,7 @@ class TrainingJob:
                                    self._features("user", user_vocab),
                                    inference_history=c.model.inference_history if sets else None,
                                    inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
-                                                        if sets else 0))
+                                                        if sets else 0), set_data=sets)
 
         model = make_model()
         previous = self._warm_start_source()  # the run whose vocabularies the prepare stage kept stable

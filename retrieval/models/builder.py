@@ -7,6 +7,7 @@ from typing import Mapping, Optional
 import ml_collections
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.data.vocab import Vocabulary
@@ -14,6 +15,7 @@ from retrieval.errors import InputError
 from retrieval.models import config as config_lib
 from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
+from retrieval.models.sequence_encoder import SelfAttentionEncoder
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.sampling.frequency import FrequencyEstimator
@@ -64,7 +66,8 @@ def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.La
 def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary, user_vocab: Vocabulary,
                 item_features: Optional[Mapping[str, np.ndarray]] = None,
                 user_features: Optional[Mapping[str, np.ndarray]] = None,
-                inference_history: Optional[int] = None, inference_part_size: int = 0) -> TwoTowerModel:
+                inference_history: Optional[int] = None, inference_part_size: int = 0,
+                set_data: bool = False) -> TwoTowerModel:
     """Builds the two-tower model described by ``model_config`` (see ``retrieval.models.default_config``).
 
     Args:
@@ -76,6 +79,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         ``model_config.max_history``, the training cap (the pipeline passes ``inference_history`` for set data).
       inference_part_size: 0, or the size of the parts inference deals a longer history into (the pipeline passes
         it for set data; see ``TwoTowerModel``).
+      set_data: the histories are sets (``data.order=none``): pooling "self_attention", which reads order, falls
+        back to "mean" (logged).
 
     Returns:
       An uncompiled ``TwoTowerModel`` (``training.fit`` compiles it).
@@ -91,6 +96,11 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         raise InputError("output_table is the YoutubeDNN output layer of an objective with sampled negatives; use "
                          "'sampled_softmax', or 'nce' / 'negative_sampling' / 'sampled_logistic' with negatives="
                          "'sampled'", field="model.objective.output_table")
+    pooling = c.user_tower.pooling
+    if pooling == "self_attention" and set_data:
+        logging.warning("model.user_tower.pooling=self_attention reads the order of a sequence, but the data are "
+                        "sets (data.order=none): the history is mean-pooled instead")
+        pooling = "mean"
     init = Initializers(c.seed)
     item_tower, output_table = None, None
     if c.objective.output_table:
@@ -105,15 +115,20 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
                                         embeddings_initializer=init.embedding(), name="history_emb"))
+    sequence_encoder = None
+    if pooling == "self_attention":
+        s = c.user_tower.sequence
+        sequence_encoder = SelfAttentionEncoder(c.max_history, s.num_blocks, s.num_heads, s.dropout, init)
     user_tower = UserTower(history_embedding, c.embedding_dim, init, hidden_units=tuple(c.user_tower.hidden_units),
-                           pooling=c.user_tower.pooling, user_vocab_size=user_vocab.size,
+                           pooling=pooling, user_vocab_size=user_vocab.size,
                            user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,
                            feature_embedding_dim=c.user_tower.feature_embedding_dim,
                            use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize,
-                           user_id_gate=c.user_tower.user_id_gate,
+                           user_id_gate=c.user_tower.user_id_gate, sequence_encoder=sequence_encoder,
                            item_id_rows=item_tower.id_rows if item_tower is not None else None,
                            item_features=item_tower.features if item_tower is not None else None)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,
-                         inference_part_size=inference_part_size)
+                         inference_part_size=inference_part_size,
+                         every_position=sequence_encoder is not None and c.user_tower.sequence.every_position)

@@ -14,7 +14,7 @@ OBJECTIVES = ("sampled_softmax", "in_batch", "full_softmax", "nce", "negative_sa
 NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
-POOLINGS = ("mean", "attention")
+POOLINGS = ("mean", "attention", "self_attention")
 # Objectives whose negatives may come from a candidate sampler (then selected by objective.negatives == "sampled").
 SAMPLED_BINARY = ("nce", "negative_sampling", "sampled_logistic")
 
@@ -76,9 +76,23 @@ def default_config() -> ml_collections.ConfigDict:
     config.user_tower.share_item_embeddings = True
     # Width of the separate history table (used only when share_item_embeddings is False).
     config.user_tower.history_embedding_dim = 64
-    # Pooling of the masked history (indices < 2 never contribute): "mean" (YoutubeDNN) or "attention" (a learned
-    # query scores each watched item; softmax over the valid positions).
+    # Pooling of the masked history (indices < 2 never contribute): "mean" (YoutubeDNN), "attention" (a learned
+    # query scores each watched item; softmax over the valid positions) or "self_attention" (sequences: a causal
+    # Transformer over the history in order, SASRec; its state at the most recent item is the pooled history;
+    # user_tower.sequence below). Set data (data.order=none) has no order to read: self_attention then falls back
+    # to "mean", logged.
     config.user_tower.pooling = "mean"
+    # pooling="self_attention" only (retrieval/models/sequence_encoder.py): the encoder and how it is trained.
+    config.user_tower.sequence = ml_collections.ConfigDict()
+    # Transformer blocks, attention heads (the history width must be a multiple of them) and the dropout rate of the
+    # input, the attention weights and the residual branches (training only).
+    config.user_tower.sequence.num_blocks = 2
+    config.user_tower.sequence.num_heads = 1
+    config.user_tower.sequence.dropout = 0.2
+    # Train every position of the history at once: the state after each item predicts the item that followed it
+    # (SASRec's training; one example per user then covers all of the user's next-item targets: pair it with
+    # data.max_examples_per_user=1). False: only the example's label, from the most recent state.
+    config.user_tower.sequence.every_position = True
     # Width of a user-id embedding concatenated to the pooled history; 0: none (the model then generalises to users
     # it never saw, and unknown users get the same zero vector either way).
     config.user_tower.user_id_embedding_dim = 0

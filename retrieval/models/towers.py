@@ -12,7 +12,9 @@ embedded (with the item tower's id table or a separate one), pooled over the val
 mean, or attention), concatenated with the user's features (gathered by user index, an optional user-id embedding)
 and the example age, and passed through a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id
 embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, section 3.2):
-``u = g e_user + (1 - g) MLP(pooled history, features)``.
+``u = g e_user + (1 - g) MLP(pooled history, features)``. With a sequence encoder (pooling "self_attention",
+``sequence_encoder.SelfAttentionEncoder``) the pooled history is the encoder's state at the most recent item, and
+``every_position=True`` returns the user vector after every history position ``[B, H, output_dim]`` (training).
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ class UserTower(tf.keras.layers.Layer):
                  hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
                  user_id_embedding_dim: int = 0, features: Optional[Mapping[str, np.ndarray]] = None,
                  feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
-                 user_id_gate: float = 0.0, item_id_rows: Optional[ItemIdRows] = None,
-                 item_features: Optional[FeatureTables] = None, name: str = "user_tower"):
+                 user_id_gate: float = 0.0, sequence_encoder: Optional[tf.keras.layers.Layer] = None,
+                 item_id_rows: Optional[ItemIdRows] = None, item_features: Optional[FeatureTables] = None,
+                 name: str = "user_tower"):
         """``item_id_rows`` and ``item_features``: the item tower's (shared, not copies), so that history items read
         the rows the item tower reads (cold items and dropped ids: the unknown-id row) and add their projected
         feature encodings."""
@@ -102,6 +105,7 @@ class UserTower(tf.keras.layers.Layer):
             user_id_embedding_dim = self.output_dim
         self.history_embedding = history_embedding
         self.attention = AttentionPooling(init) if pooling == "attention" else None
+        self.sequence_encoder = sequence_encoder
         self.user_id_embedding = (
             EmbeddingTable(user_vocab_size, user_id_embedding_dim, embeddings_initializer=init.embedding(),
                            name="user_id_emb") if user_id_embedding_dim > 0 else None)
@@ -114,15 +118,19 @@ class UserTower(tf.keras.layers.Layer):
                                                        kernel_initializer=init.dense(), name="history_features")
                                  if item_features is not None else None)
 
-    def call(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+    def call(self, inputs: Mapping[str, tf.Tensor], training=None, every_position: bool = False) -> tf.Tensor:
         history = tf.cast(inputs["history"], tf.int32)
         mask = history >= MASK_BELOW
         rows = history if self.item_id_rows is None else self.item_id_rows(history, training=training)
         watched = self.history_embedding(rows)
         if self.item_features is not None:
             watched = watched + self.history_features(self.item_features(history))
-        pooled = (self.attention(watched, mask) if self.attention is not None
-                  else masked_mean(watched, mask, chunked=self.chunked_pooling))
+        if self.sequence_encoder is not None:
+            states = self.sequence_encoder(watched, mask, training=training)
+            pooled = states if every_position else states[:, 0]
+        else:
+            pooled = (self.attention(watched, mask) if self.attention is not None
+                      else masked_mean(watched, mask, chunked=self.chunked_pooling))
         parts = [pooled]
         user_id = None
         if self.user_id_embedding is not None or self.features is not None:
@@ -139,7 +147,11 @@ class UserTower(tf.keras.layers.Layer):
             age = inputs.get("example_age")
             age = tf.zeros(tf.shape(history)[:1]) if age is None else tf.cast(age, tf.float32)
             parts.append(age[:, tf.newaxis])
+        if every_position:  # the user's features and age join every position's state
+            positions = tf.shape(pooled)[1]
+            parts = [pooled] + [tf.repeat(part[:, tf.newaxis], positions, axis=1) for part in parts[1:]]
         x = self.mlp(tf.concat(parts, axis=-1))
         if self.user_id_gate:
-            x = self.user_id_gate * user_id + (1.0 - self.user_id_gate) * x
+            x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
+                1.0 - self.user_id_gate) * x
         return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x

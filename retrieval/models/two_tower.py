@@ -19,8 +19,9 @@ import tensorflow_recommenders as tfrs
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed
 from retrieval.data.vocab import NUM_RESERVED
-from retrieval.models.layers import interleaved_parts, masked_mean
+from retrieval.models.layers import MASK_BELOW, interleaved_parts, masked_mean
 from retrieval.models.objectives import OutputTable
+from retrieval.models.sequence_encoder import LENGTH_BUCKETS, every_position_targets, length_buckets
 from retrieval.models.towers import ItemTower, UserTower
 
 
@@ -37,11 +38,15 @@ class TwoTowerModel(tfrs.Model):
       inference_part_size: 0, or the size of the parts a longer history is dealt into at inference (set data): the
         user vector is then the mean of the parts' vectors (re-normalised when the tower L2-normalises), so the
         tower pools histories as long as the random subsets it was trained on (see ``user_vectors``).
+      every_position: train on every history position at once (a sequence encoder's user tower): the user vector
+        after each history item is scored against the item that followed it (``sequence_encoder.
+        every_position_targets``), and the loss is the mean over those positions (``compute_loss``).
     """
 
     def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, *,
                  item_tower: Optional[ItemTower] = None, output_table: Optional[OutputTable] = None,
-                 temperature: float = 1.0, max_history: int = 50, inference_part_size: int = 0):
+                 temperature: float = 1.0, max_history: int = 50, inference_part_size: int = 0,
+                 every_position: bool = False):
         super().__init__()
         if (item_tower is None) == (output_table is None):
             raise ValueError("a TwoTowerModel has either an item tower or an output table")
@@ -52,6 +57,7 @@ class TwoTowerModel(tfrs.Model):
         self.temperature = float(temperature)
         self.max_history = int(max_history)
         self.inference_part_size = int(inference_part_size)
+        self.every_position = bool(every_position)
         self.loss_tracker = tf.keras.metrics.Mean(name="loss")
 
     @property
@@ -62,8 +68,9 @@ class TwoTowerModel(tfrs.Model):
 
     @property
     def xla_compatible(self) -> bool:
-        """Whether the training step can be XLA-compiled (the objective samples no negatives)."""
-        return bool(getattr(self.objective, "xla_compatible", False))
+        """Whether the training step can be XLA-compiled (the objective samples no negatives, and the targets are not
+        the every-position ones, whose number varies from batch to batch)."""
+        return bool(getattr(self.objective, "xla_compatible", False)) and not self.every_position
 
     @property
     def item_vocab_size(self) -> int:
@@ -75,15 +82,40 @@ class TwoTowerModel(tfrs.Model):
 
     def compute_loss(self, inputs: Mapping[str, tf.Tensor], training: bool = False) -> tf.Tensor:
         """Sum of the per-example losses divided by the global batch size; updates the ``loss`` metric. Traced in an
-        XLA-compiled step (``jit_compile``), the user tower pools in chunks (``UserTower.chunked_pooling``)."""
+        XLA-compiled step (``jit_compile``), the user tower pools in chunks (``UserTower.chunked_pooling``).
+
+        With ``every_position`` the examples are the batch's valid history positions (each scored against the item
+        that followed it; the objective's negatives are shared by all of them), so the loss is the mean over the
+        global batch's positions: SASRec's per-position average (Kang and McAuley 2018, eq. 5, with a softmax)."""
+        labels = tf.cast(inputs["label"], tf.int32)
+        if self.every_position:
+            per_example = self.objective(*self._every_position_queries(inputs, labels, training), training=training)
+            self.loss_tracker.update_state(per_example)
+            return distributed.average_loss(per_example)
         self.user_tower.chunked_pooling = bool(self.jit_compile)
         try:
             user_vectors = self(inputs, training=training)
         finally:
             self.user_tower.chunked_pooling = False
-        per_example = self.objective(user_vectors, tf.cast(inputs["label"], tf.int32), training=training)
+        per_example = self.objective(user_vectors, labels, training=training)
         self.loss_tracker.update_state(per_example)
         return distributed.average_loss(per_example)
+
+    def _every_position_queries(self, inputs: Mapping[str, tf.Tensor], labels: tf.Tensor,
+                                training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+        """The user vector after every valid history position of the batch and the item that followed it, ``([N, d],
+        [N])``. The rows are encoded in ``LENGTH_BUCKETS`` parts of similar history length (``sequence_encoder.
+        length_buckets``), each at its own width; the objective then sees all positions together (one batch of
+        negatives)."""
+        history = tf.cast(inputs["history"], tf.int32)
+        queries, targets = [], []
+        for rows in length_buckets(history >= MASK_BELOW, LENGTH_BUCKETS):
+            part = {key: tf.gather(value, rows) for key, value in inputs.items()}
+            states = self.user_tower(part, training=training, every_position=True)
+            target, where = every_position_targets(part["history"][:, :tf.shape(states)[1]], tf.gather(labels, rows))
+            queries.append(tf.boolean_mask(states, where))
+            targets.append(tf.boolean_mask(target, where))
+        return tf.concat(queries, axis=0), tf.concat(targets, axis=0)
 
     def train_step(self, inputs: Mapping[str, tf.Tensor]) -> dict:
         with tf.GradientTape() as tape:

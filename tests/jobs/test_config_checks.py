@@ -20,7 +20,7 @@ from retrieval.jobs import config_checks, locations
 from retrieval.jobs.rules import MAX_ITEMS, Rule
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ("two_tower", "youtube_dnn", "item2vec", "catalogue")
+CONFIGS = ("two_tower", "youtube_dnn", "item2vec", "catalogue", "sequential")
 
 
 def shipped(name: str) -> dict:
