@@ -160,8 +160,8 @@ def test_the_documented_refresh_line_works_as_written(tmp_path, page, line):
     result = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     output = (tmp_path / "refresh.log").read_text()
     assert result.returncode == cli.EXIT_INPUT_ERROR, output
-    assert "ALERT retrieval training bad_input (exit 2): error: file " in output
-    assert "models/youtube_dnn: not a run directory" in output
+    assert "ALERT retrieval training bad_input (exit 2): error: field 'run_dir': " in output
+    assert "models/youtube_dnn does not exist" in output
 
 
 def test_the_systemd_units_work_as_written(tmp_path):
