@@ -273,33 +273,32 @@ def test_a_hung_alert_command_is_stopped_with_its_children(tmp_path):
     assert _wait_for(lambda: not _alive(int(pid_file.read_text())), 10), "the alert's child kept running"
 
 
+
+def _scheduled_fake_job(tmp_path: Path, source: str, **run_kwargs) -> tuple[subprocess.CompletedProcess, dict]:
+    """``pipelines.scheduled --job_module=fake_job`` with ``source`` as the job; its result and the alert's fields."""
+    (tmp_path / "fake_job.py").write_text(source)
+    alert_file = tmp_path / "alert.txt"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "ALERT_FILE": str(alert_file)}
+    result = subprocess.run([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
+                             f"--alert_command={ALERT}"], cwd=ROOT, env=env, timeout=DEADLINE_S, **run_kwargs)
+    return result, dict(line.split("=", 1) for line in alert_file.read_text().splitlines())
+
 def test_an_unwritable_log_neither_blocks_the_job_nor_silences_the_alert(tmp_path):
     """stdout and stderr on a full disk (/dev/full): the job's output (more than a pipe holds) is drained, the job
     finishes, and the alert fires even for a published run, saying the log was lost."""
-    (tmp_path / "fake_job.py").write_text("import sys\nfor i in range(20000):\n    print('x' * 80, flush=True)\n"
-                                          "print('y' * 80, file=sys.stderr)\n")
-    alert_file = tmp_path / "alert.txt"
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "ALERT_FILE": str(alert_file)}
     with open("/dev/full", "w") as full:
-        result = subprocess.run([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
-                                 f"--alert_command={ALERT}"], cwd=ROOT, env=env, stdout=full, stderr=full,
-                                timeout=DEADLINE_S)
+        result, alert = _scheduled_fake_job(tmp_path, "import sys\nfor i in range(20000):\n    print('x' * 80, "
+                                            "flush=True)\nprint('y' * 80, file=sys.stderr)\n", stdout=full,
+                                            stderr=full)
     assert result.returncode == 0
-    alert = dict(line.split("=", 1) for line in alert_file.read_text().splitlines())
     assert alert["RETRIEVAL_OUTCOME"] == "published"
     assert "the job's output could not be written (No space left on device)" in alert["RETRIEVAL_MESSAGE"]
 
 
 def test_a_run_published_to_its_lineage_only_is_not_called_published(tmp_path):
-    (tmp_path / "fake_job.py").write_text(
-        f"print('published: /m/two_tower/lineages/b/latest -> r2 only; {cli.LATEST_KEPT} r1 (lineage a); serve this "
-        f"run with --run_dir=/m/two_tower --lineage=b')\n")
-    alert_file = tmp_path / "alert.txt"
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "ALERT_FILE": str(alert_file)}
-    result = subprocess.run([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
-                             f"--alert_command={ALERT}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=DEADLINE_S)
+    result, alert = _scheduled_fake_job(
+        tmp_path, f"print('published: /m/two_tower/lineages/b/latest -> r2 only; {cli.LATEST_KEPT} r1 (lineage a); "
+        f"serve this run with --run_dir=/m/two_tower --lineage=b')\n", capture_output=True, text=True)
     assert result.returncode == 0
-    alert = dict(line.split("=", 1) for line in alert_file.read_text().splitlines())
     assert alert["RETRIEVAL_OUTCOME"] == "lineage_only"
     assert "latest did not move" in alert["RETRIEVAL_MESSAGE"]
