@@ -31,14 +31,21 @@ def read_table(path: str, id_column: str, declared: str, field: str) -> pd.DataF
     return readers.read_features(path, id_column, kinds=kinds or None, columns=list(kinds) or None)
 
 
+def read_specs(path: str, id_column: str, declared: str, field: str) -> tuple[pd.DataFrame, list[features.FeatureSpec]]:
+    """The table at ``path`` (:func:`read_table`) and the specs inferred from it for its declared kinds."""
+    table = read_table(path, id_column, declared, field)
+    kinds = features.parse_kinds(declared, field)
+    return table, features.infer_specs(table, id_column, kinds or None)
+
+
 def feature_arrays(path: str, id_column: str, declared: str, field: str, vocabulary: Vocabulary,
                    specs: Optional[Sequence[features.FeatureSpec]] = None) -> dict[str, np.ndarray]:
     """Dense per-index arrays of the table at ``path`` aligned with ``vocabulary``, coded by ``specs`` (the run's
     saved specs; default: inferred from the table)."""
-    table = read_table(path, id_column, declared, field)
-    kinds = features.parse_kinds(declared, field)
     if specs is None:
-        specs = features.infer_specs(table, id_column, kinds or None)
+        table, specs = read_specs(path, id_column, declared, field)
+    else:
+        table = read_table(path, id_column, declared, field)
     return features.feature_arrays(table, id_column, vocabulary, specs)
 
 

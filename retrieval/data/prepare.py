@@ -503,11 +503,8 @@ def _catalogue(settings: Settings, item_vocab: Vocabulary) -> tuple[Vocabulary, 
     warm = item_vocab.size - NUM_RESERVED
     source = "interactions"
     if settings.item_features_path:
-        field = "data.item_features"
-        table = catalogue_lib.read_table(settings.item_features_path, settings.columns.item, settings.item_features,
-                                         field)
-        kinds = features_lib.parse_kinds(settings.item_features, field)
-        specs = features_lib.infer_specs(table, settings.columns.item, kinds or None)
+        table, specs = catalogue_lib.read_specs(settings.item_features_path, settings.columns.item,
+                                                settings.item_features, "data.item_features")
         features_lib.save_specs(settings.paths.item_features, settings.columns.item, specs)
         if settings.catalogue_from_table:
             item_vocab, source = item_vocab.with_catalogue(table[settings.columns.item]), "item_features"

@@ -104,9 +104,11 @@ def _link(source: Path, target: Path) -> None:
 
 
 def _new_run(model_dir: ModelDirectory) -> str:
-    run_id = new_run_id()
-    while (model_dir.root / run_id).exists():  # two refreshes within a second
-        run_id = f"{run_id}r" if not run_id[-1].isdigit() else f"{run_id}-r"
+    """A new run id: the time, with a counter when a run of the same second exists."""
+    base = new_run_id()
+    run_id, count = base, 1
+    while (model_dir.root / run_id).exists():
+        run_id, count = f"{base}-{count}", count + 1
     return run_id
 
 
