@@ -25,6 +25,9 @@ import numpy as np
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported in to_dataset)
 from retrieval.data.vocab import NUM_RESERVED
 
+BLOCK_ROWS = 256  # examples per block of a shard file (next-item TFRecords, set pairs), before rebatching
+MANIFEST = "manifest.json"  # in an examples directory: the kind, the shard files, the count, whether streamed
+
 
 def _time_order(user_idx: np.ndarray, timestamps: Optional[np.ndarray]) -> np.ndarray:
     """Permutation sorting by user, then timestamp; stable, so ties keep input order."""

@@ -20,6 +20,7 @@ items have them non-decreasing, over at least :data:`MIN_LINES` lines. Set files
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,12 @@ from retrieval.data import seeds
 from retrieval.errors import InputError
 
 ORDERS = ("auto", "time", "none")
+SET = "none"  # the order of set data: no order
+
+
+def is_set(order: Optional[str]) -> bool:
+    """Whether a decided order (``OrderDecision.order``, as the manifest records it) means set data."""
+    return order == SET
 SORTED_SHARE = 0.9
 MIN_SEEN = 3
 MIN_LINES = 20
@@ -41,6 +48,10 @@ class OrderDecision:
     order: str
     source: str  # "config", "timestamp column", "detected", "file order"
     evidence: str
+
+    @property
+    def is_set(self) -> bool:
+        return is_set(self.order)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -77,7 +88,7 @@ def detect(frame: pd.DataFrame) -> OrderDecision:
         return OrderDecision("time", "detected", f"too little evidence of sorted lines ({why}); keeping file order")
     evidence = (f"{share:.1%} of {lines} lines have their already-seen items in ascending id order "
                 f"(threshold {SORTED_SHARE:.0%})")
-    return OrderDecision("none" if share >= SORTED_SHARE else "time", "detected", evidence)
+    return OrderDecision(SET if share >= SORTED_SHARE else "time", "detected", evidence)
 
 
 def resolve(requested: str, frame: pd.DataFrame, format: str, path: str) -> OrderDecision:
@@ -98,7 +109,7 @@ def resolve(requested: str, frame: pd.DataFrame, format: str, path: str) -> Orde
         decision = OrderDecision(requested, "config", f"data.order={requested}")
         if requested == "time" and format == "user_items":
             detected = detect(frame)
-            if detected.order == "none":
+            if detected.is_set:
                 logging.warning("%s: data.order=time, but the lines look sorted by id (%s); a model learning the "
                                 "next item would learn the id order", path, detected.evidence)
     logging.info("%s: order %s (%s: %s)", path, decision.order, decision.source, decision.evidence)

@@ -53,7 +53,8 @@ SPLITS = ("leave_last_n", "temporal", "random", "files")
 TIME_SPLITS = ("leave_last_n", "temporal")
 PARTS = ("train", "test", "validation")
 TUNING_PARTS = ("tuning_train", "tuning_validation")  # the automatic holdout: training data minus a validation part
-EXAMPLE_KINDS = ("next_item", "set", "none")
+NEXT_ITEM, SET, NO_EXAMPLES = "next_item", "set", "no_examples"  # what training reads; Item2Vec reads the table
+EXAMPLE_KINDS = (NEXT_ITEM, SET, NO_EXAMPLES)
 
 
 def streamed(data: ml_collections.ConfigDict) -> bool:
@@ -85,7 +86,7 @@ class Settings:
     max_history: int = 50
     example_age: bool = False
     max_examples_per_user: Optional[int] = None
-    examples: str = "next_item"  # what training reads: ``next_item``/``set`` (decided by the order) or ``none``
+    examples: str = NEXT_ITEM  # what training reads: NEXT_ITEM or SET (decided by the order), or NO_EXAMPLES
     tuning_fraction: float = 0.0  # > 0: hold out a validation part of the training data (see :func:`_tuning_split`)
     order: str = "time"
     has_time: bool = True
@@ -112,16 +113,22 @@ class Settings:
             num_shards = int(d.num_shards) if streamed(d) else 1
         model = config.get("model")
         columns = readers.ColumnNames(user=d.user_column, item=d.item_column, timestamp=d.timestamp_column or None)
-        examples = "none" if config.get("model_type", "two_tower") == "item2vec" else "next_item"
+        examples = NO_EXAMPLES if config.get("model_type", "two_tower") == "item2vec" else NEXT_ITEM
         return cls(tuple(sources), d.format, columns, str(run_dir), int(num_shards), d.split, int(d.holdout_n),
                    bool(d.validation), float(d.holdout_fraction), float(d.temporal_quantile), d.unknown_policy,
                    int(d.min_item_count), int(config.seed), int(model.max_history) if model else 50,
                    bool(model and model.get("user_tower") and model.user_tower.use_example_age),
                    d.get("max_examples_per_user", 0) or None, examples,
-                   tuning_fraction(config) if examples != "none" else 0.0,
+                   tuning_fraction(config) if examples != NO_EXAMPLES else 0.0,
                    item_features_path=str(d.item_features_path), item_features=str(d.item_features),
-                   catalogue_from_table=bool(d.item_features_path) and d.catalogue == "item_features" and examples != "none",
+                   catalogue_from_table=bool(d.item_features_path) and d.catalogue == "item_features"
+                   and examples != NO_EXAMPLES,
                    cold_item_fraction=float(d.cold_item_fraction))
+
+    @property
+    def is_set(self) -> bool:
+        """Whether the (decided) order makes the data sets: set examples, a random holdout for tuning."""
+        return order_lib.is_set(self.order)
 
     @property
     def train_path(self) -> str:
@@ -256,7 +263,7 @@ def _read_partition(settings: Settings, shard: int) -> pd.DataFrame:
 def _split(settings: Settings, frame: pd.DataFrame, cutoff: Optional[int]) -> splits.Split:
     """The partition's split (held-out rows kept: :func:`example_shard` aligns them to the vocabularies)."""
     train = frame[frame["part"] == "train"].reset_index(drop=True)
-    if settings.order == "none":
+    if settings.is_set:
         train = order_lib.shuffle_within_users(train, settings.seed)
     if settings.split == "files":
         held = {name: frame[frame["part"] == name].reset_index(drop=True) for name in PARTS[1:]}
@@ -298,7 +305,7 @@ def _tuning_split(settings: Settings, train: pd.DataFrame) -> tuple[pd.DataFrame
     too short to give one keep all. Training on the rest early-stops on it; the final model refits on all of it."""
     if train.empty:
         return train, train
-    if settings.order == "none":
+    if settings.is_set:
         held = splits.random_holdout(train, settings.tuning_fraction, seed=settings.seed, policy="keep",
                                      salt=seeds.TUNING)
     else:
@@ -343,7 +350,7 @@ def example_shard(settings: Settings, shard: int, time_span: tuple[int, int]) ->
             aligned, dropped[name] = _align(settings, name, pd.read_parquet(path), known)
             _write(aligned, path)
     out = {"dropped": dropped, "examples": 0, "tuning_examples": 0}
-    if settings.examples == "none":
+    if settings.examples == NO_EXAMPLES:
         return out
     out["examples"] = _write_examples(settings, shard, train, item_vocab, settings.examples_dir, time_span)
     if settings.tuning_fraction > 0:
@@ -358,7 +365,7 @@ def _write_examples(settings: Settings, shard: int, train: pd.DataFrame, item_vo
     """Writes the partition's training examples of ``train`` into ``directory``; returns their number."""
     users = _user_indices(settings.paths.user_vocab, train["user_id"])
     items = item_vocab.lookup(train["item_id"].to_numpy())
-    if settings.examples == "set":
+    if settings.examples == SET:
         return set_examples.write_set_shard(users, items, set_shard_file(directory, shard))
     timestamps = train["timestamp"].to_numpy() if "timestamp" in train else None
     built = examples_lib.next_item_examples(
@@ -435,11 +442,11 @@ def run(settings: Settings, engine: Engine, order_request: str,
     head = _head(settings)
     fmt = readers.guess_format(settings.train_path) if settings.format == "auto" else settings.format
     decision = order_lib.resolve(order_request, head, fmt, settings.train_path)
-    if decision.order == "none" and settings.split in TIME_SPLITS:
+    if decision.is_set and settings.split in TIME_SPLITS:
         raise InputError(f"data.split={settings.split} needs time order, but the data are sets ({decision.evidence});"
                          " use data.split=random or files, or set data.order=time", path=settings.train_path,
                          field="data.split")
-    kind = "none" if settings.examples == "none" else ("set" if decision.order == "none" else "next_item")
+    kind = NO_EXAMPLES if settings.examples == NO_EXAMPLES else (SET if decision.is_set else NEXT_ITEM)
     settings = dataclasses.replace(settings, order=decision.order, examples=kind, has_time="timestamp" in head)
     read = engine.map(lambda job: partition(settings, job[0], *job[1]), list(enumerate(settings.sources)))
     logging.info("partitioned %d interactions into %d partition(s)", sum(r["rows"] for r in read), settings.num_shards)
@@ -516,12 +523,12 @@ def _catalogue(settings: Settings, item_vocab: Vocabulary) -> tuple[Vocabulary, 
 
 
 def _write_examples_manifest(settings: Settings, directory: Path, num_examples: int) -> None:
-    names = range(settings.num_shards)
-    if settings.examples == "set":
-        set_examples.write_manifest(directory, [set_shard_file("", k).name for k in names], num_examples)
-    elif settings.examples == "next_item":
+    names, streamed = range(settings.num_shards), settings.num_shards > 1
+    if settings.examples == SET:
+        set_examples.write_manifest(directory, [set_shard_file("", k).name for k in names], num_examples, streamed)
+    elif settings.examples == NEXT_ITEM:
         shards.write_manifest(directory, [shards.shard_file("", k).name for k in names], num_examples,
-                              settings.max_history, settings.example_age and settings.has_time)
+                              settings.max_history, settings.example_age and settings.has_time, streamed)
 
 
 # ------------------------------------------------------------------ what training reads
@@ -531,8 +538,8 @@ def load_examples(paths: artifacts.RunPaths, in_memory: bool, max_history: int, 
     next-item examples, held in memory (``in_memory``) or streamed from the shard files; either way an
     :class:`examples.ExampleSource`."""
     directory = examples_dir(paths, tuning)
-    kind = artifacts.read_json(directory / shards.MANIFEST).get("kind", "next_item")
-    if kind == "set":
+    kind = artifacts.read_json(directory / examples_lib.MANIFEST).get("kind", NEXT_ITEM)
+    if kind == SET:
         source = set_examples.SetShards.load(directory, max_history, history_keep)
     else:
         source = shards.ExampleShards.load(directory, shuffle_buffer)

@@ -25,10 +25,8 @@ import numpy as np
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported in to_dataset)
 from retrieval import artifacts
+from retrieval.data.examples import BLOCK_ROWS, MANIFEST
 from retrieval.data.vocab import NUM_RESERVED
-
-BLOCK_ROWS = 256  # examples per block of a shard (SetShards), before rebatching
-MANIFEST = "manifest.json"
 
 
 @dataclasses.dataclass
@@ -116,10 +114,11 @@ def write_set_shard(user_idx: np.ndarray, item_idx: np.ndarray, path: str | Path
     return len(pairs)
 
 
-def write_manifest(directory: str | Path, files: list[str], num_examples: int) -> None:
-    """Writes the manifest :meth:`SetShards.load` reads: the shard files (relative to ``directory``) and the
-    number of pairs they hold."""
-    artifacts.write_json(Path(directory) / MANIFEST, {"kind": "set", "num_examples": num_examples, "files": files})
+def write_manifest(directory: str | Path, files: list[str], num_examples: int, streamed: bool = False) -> None:
+    """Writes the manifest :meth:`SetShards.load` reads: the shard files (relative to ``directory``), the number of
+    pairs they hold and whether the prepare ran on partitions (``streamed``)."""
+    artifacts.write_json(Path(directory) / MANIFEST, {"kind": "set", "num_examples": num_examples, "files": files,
+                                                      "streamed": streamed})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,10 +24,9 @@ import numpy as np
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow is imported)
 from retrieval import artifacts
 from retrieval.data import examples as examples_lib
+from retrieval.data.examples import BLOCK_ROWS, MANIFEST
 
-BLOCK_ROWS = 256
 INT_KEYS = ("user", "history", "history_length", "label")
-MANIFEST = "manifest.json"
 
 
 def shard_file(directory: str | Path, shard: int) -> Path:
@@ -54,9 +53,11 @@ def write_shard(examples: Mapping[str, np.ndarray], path: str | Path, seed: int)
 
 
 def write_manifest(directory: str | Path, files: list[str], num_examples: int, max_history: int,
-                   example_age: bool) -> None:
+                   example_age: bool, streamed: bool = False) -> None:
+    """Writes the manifest :meth:`ExampleShards.load` reads; ``streamed``: whether the prepare ran on partitions."""
     artifacts.write_json(Path(directory) / MANIFEST, {"kind": "next_item", "files": files, "num_examples": num_examples,
-                                                      "max_history": max_history, "example_age": example_age})
+                                                      "max_history": max_history, "example_age": example_age,
+                                                      "streamed": streamed})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""What a prepared run's data must allow, checked before any training: that it can be evaluated at all, and that
-an Item2Vec run's item ids fit the word2vec files it will export.
+"""What a prepared run's data must allow, checked before any training (``check_prepared``): that it can be evaluated
+at all, that the index fits the catalogue, and that an Item2Vec run's item ids fit the word2vec files it will export.
 
 A test pair is *rankable* when its user has training history, its item is in the catalogue (the vocabulary built
 from the training part) and, with ``eval.exclude_train``, the item is not already among the user's training items:
@@ -12,10 +12,13 @@ input file, not in the vocabulary).
 
 from __future__ import annotations
 
+import ml_collections
+
 from retrieval import artifacts
 from retrieval.data import prepare, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
+from retrieval.jobs import config_checks
 
 
 def rankable_pairs(paths: artifacts.RunPaths, exclude_train: bool) -> tuple[int, int]:
@@ -44,6 +47,16 @@ def check(paths: artifacts.RunPaths, exclude_train: bool, test_key: str) -> None
     raise InputError(f"nothing can be evaluated: {why} (a single-user log, test users unknown to training, or a test "
                      "file equal to the training data?)", field=test_key)
 
+
+
+def check_prepared(paths: artifacts.RunPaths, config: ml_collections.ConfigDict, settings: prepare.Settings) -> None:
+    """What only the prepared data can tell, before any training (``InputError``; the stage then reruns): that
+    something can be evaluated, that the index fits the catalogue, that Item2Vec's ids fit word2vec files."""
+    check(paths, config.eval.exclude_train,
+          "config.data.test_path" if config.data.split == "files" else "config.data.split")
+    config_checks.check_index(config, Vocabulary.load(paths.item_vocab).size - NUM_RESERVED)
+    if config.get("model_type", "two_tower") == "item2vec":
+        check_word2vec_ids(paths, settings)
 
 
 def check_word2vec_ids(paths: artifacts.RunPaths, settings: prepare.Settings) -> None:

@@ -21,6 +21,8 @@ import dataclasses
 import math
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from retrieval.errors import InputError
+
 POPULAR = "most_popular"
 OFF = -1.0  # min_lift_over_popular at or below this: no comparison with most-popular
 
@@ -36,6 +38,18 @@ class GateDecision:
 
     def as_dict(self) -> Dict[str, object]:
         return {"passed": self.passed, "reasons": self.reasons, "checked": self.checked}
+
+
+def parse_floors(text: str) -> Dict[str, float]:
+    """``gate.floors``, ``"recall@20=0.05,ndcg@20=0.02"``, as ``{metric: floor}``."""
+    floors = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, value = part.partition("=")
+        try:
+            floors[name.strip()] = float(value)
+        except ValueError:
+            raise InputError(f"gate floor {part!r} must be metric=number", field="gate.floors") from None
+    return floors
 
 
 def popular_metrics(evaluation: Mapping[str, object]) -> Dict[str, float]:

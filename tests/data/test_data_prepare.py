@@ -213,7 +213,7 @@ def test_split_files_and_every_format_stream_in_the_job_settings(logs, tmp_path)
     settings = prepare.Settings.from_config(config, tmp_path)
     assert settings.num_shards == 4 and [part for part, _ in settings.sources] == ["train", "test", "validation"]
     config.model_type = "item2vec"
-    assert prepare.Settings.from_config(config, tmp_path).examples == "none"
+    assert prepare.Settings.from_config(config, tmp_path).examples == prepare.NO_EXAMPLES
 
 
 def test_the_holdout_is_keyed_per_user(logs):

@@ -88,5 +88,5 @@ def test_public_set_split_and_item2vec_run_streamed(log_path, tmp_path):
                                        "gate.min_lift_over_popular": -1.0, "gate.floors": ""})
     run = TrainingJob(item2vec, str(tmp_path / "models"), "i2v")
     run.run()
-    assert run.stages.summary("prepare")["examples"]["kind"] == "none"
+    assert run.stages.summary("prepare")["examples"]["kind"] == "no_examples"
     assert run.stages.summary("train")["vectors"][0] == run.stages.summary("prepare")["items"] + 2

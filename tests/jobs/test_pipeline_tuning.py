@@ -6,10 +6,12 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 import tensorflow as tf
 
 from retrieval import training
-from retrieval.data import prepare
+from retrieval.data import handoff, prepare
+from retrieval.jobs import tuning
 from retrieval.jobs.job import TrainingJob
 from tests.jobs.test_pipeline_job import make_config
 
@@ -40,6 +42,11 @@ def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, t
     assert "val_recall" not in summary["history"] and len(summary["history"]["loss"]) == tuned["best_epoch"]
     examples = job.stages.summary("prepare")["examples"]["count"]
     assert summary["steps"] == tuned["best_epoch"] * math.ceil(examples / 256)
+    # the public pieces an experiment reuses: the tuned model scores its best epoch's metric again
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    assert run.data.holdout == holdout and not run.data.is_set and not run.data.streamed
+    score = tuning.validation_fn(run, tuning.tuned_model(run), *run.vocabularies(), tuning=True)
+    assert score() == pytest.approx(tuned["best_metric"], abs=1e-6)
 
 
 def test_sets_hold_out_a_random_share_and_a_given_validation_file_turns_it_off(log_path, tmp_path):

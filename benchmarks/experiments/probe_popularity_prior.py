@@ -13,11 +13,11 @@ it unchanged (full corpus, exact, training items excluded, recall denominator |t
 
 One run of the one command exactly as ``bench_quality`` makes it (``_data``, ``_config``, seed, ``TrainingJob``): the
 prepare stage holds out ``train.validation_fraction`` of the training file, training early-stops on it, refits on all
-of it, then the test part is evaluated. The job is subclassed only to keep the holdout-tuned model (with the weights
-early stopping restored). Two evaluations are then captured, by recording the arguments of
-``retrieval.evaluation.evaluator.evaluate`` while the library's own code calls it:
+of it, then the test part is evaluated. The holdout-tuned model (the weights early stopping restored) is then read
+back from the tuning checkpoint (``retrieval.jobs.tuning.tuned_model``). Two evaluations are captured, by recording
+the arguments of ``retrieval.evaluation.evaluator.evaluate`` while the library's own code calls it:
 
-- validation: the pipeline's early-stopping metric (``TrainingJob._validation_fn``, tuning model, training data minus
+- validation: the pipeline's early-stopping metric (``tuning.validation_fn``, tuning model, training data minus
   the holdout -> the holdout);
 - test: ``evaluation.runs.evaluate_run`` of the refit run (training file -> test).
 
@@ -26,7 +26,7 @@ validation NDCG@20 only. At beta = 0 and at the chosen beta the test evaluation 
 ``eval.ease_lambda``) with the evaluator's paired per-user bootstrap (1,000 resamples, the run's seed), and the beta =
 0 model as another system, so ``paired/ease`` is the prior model minus EASE^R on the same users.
 
-    python -m benchmarks.probe_popularity_prior --dataset=ml-1m --seed=42 [--out=probe.json]
+    python -m benchmarks.experiments.probe_popularity_prior --dataset=ml-1m --seed=42 [--out=probe.json]
 
 A probe, not a feature: nothing here is in the library (models, export, serving).
 """
@@ -38,7 +38,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 from unittest import mock
 
 import numpy as np
@@ -47,26 +47,15 @@ from absl import logging
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from benchmarks import bench_quality
 from retrieval import artifacts
+from retrieval.data import handoff
 from retrieval.errors import GateError
 from retrieval.evaluation import evaluator, ranking, runs
-from retrieval.jobs import identity
+from retrieval.jobs import identity, tuning
 from retrieval.jobs.job import TrainingJob
 
 BETAS = (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
 K = 20
 DATASETS = ("ml-1m", "lastfm", "amazon-beauty-sets")
-
-
-class _ProbeJob(TrainingJob):
-    """The one command's job, keeping the model trained on the training data minus the automatic holdout."""
-
-    tuning_model = None
-
-    def _fit(self, phase: str, epochs: Optional[int] = None):
-        model, result = super()._fit(phase, epochs)
-        if phase == "tuning":
-            self.tuning_model = model
-        return model, result
 
 
 def _captured(call: Callable[[], object]) -> dict:
@@ -111,7 +100,7 @@ def probe(dataset: str, seed: int, tmp: Path, betas=BETAS, epochs: int = 0) -> d
     config = bench_quality._config("two_tower", {**settings, "seed": seed, "eval.baselines": ("ease",),
                                                  **({"train.epochs": epochs} if epochs else {})})
     temperature = float(config.model.temperature)
-    job = _ProbeJob(config, str(tmp / "runs"), run_id="run")
+    job = TrainingJob(config, str(tmp / "runs"), run_id="run")
     start = time.perf_counter()
     try:
         job.run()
@@ -120,8 +109,9 @@ def probe(dataset: str, seed: int, tmp: Path, betas=BETAS, epochs: int = 0) -> d
             raise
     run_s = time.perf_counter() - start
     metrics = artifacts.read_json(job.paths.metrics)
-    item_vocab, user_vocab = job._vocabularies()
-    validation = _captured(job._validation_fn(job.tuning_model, item_vocab, user_vocab, tuning=True))
+    run = tuning.TrainingRun(config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    item_vocab, user_vocab = run.vocabularies()
+    validation = _captured(tuning.validation_fn(run, tuning.tuned_model(run), item_vocab, user_vocab, tuning=True))
     test = _captured(lambda: runs.evaluate_run(job.paths.root, write=False, baselines=(), n_bootstrap=0))
     logging.info("validation: %s; test: %s", _norms(validation), _norms(test))
     grid = []

@@ -11,7 +11,7 @@ Data, never the test part:
   EASE^R is skipped there (a 41k x 41k inverse).
 - ``--users=N``: screening on the first N users' lines only (subsets of lastfm / ml-1m).
 
-    python -m benchmarks.sweep_sets --dataset=lastfm --set model.objective.num_negatives=1024 \\
+    python -m benchmarks.experiments.sweep_sets --dataset=lastfm --set model.objective.num_negatives=1024 \\
         --set model.objective.sampler=uniform [--max_epochs=40] [--out=rows.jsonl]
 
 Prints one JSON row: validation recall@20 / NDCG@20 of the early-stopped model and of the baselines, best epoch,

@@ -1,0 +1,228 @@
+"""The two-tower training policy: tune on the automatic holdout, then refit (``train.validation_fraction``,
+``train.refit``, ``train.refit_epochs``).
+
+:func:`train` runs two phases, each resumable from its checkpoints:
+
+1. :func:`tune`: only when the prepare stage held out part of the training data (``PreparedData.holdout``): trains
+   on the rest, early-stopping on the holdout, and records the curve and the best epoch
+   (``checkpoints/tuning/record.json``: a rerun reads it instead of tuning again).
+2. :func:`refit`: the final model. Without a holdout, the run as configured; with one and ``train.refit``, all the
+   training data for the best epoch count, or with ``train.refit_epochs`` the tuned weights continued for that
+   many epochs from the learning rate their schedule had reached; without ``train.refit``, the tuned model itself.
+
+The job hands over what training needs (:class:`TrainingRun`); nothing here reads the job. :func:`fit` (one phase's
+model and training), :func:`tuned_model` and :func:`validation_fn` (the early-stopping metric) are public for
+experiments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import ml_collections
+import pandas as pd
+from absl import logging
+
+from retrieval import artifacts
+from retrieval.data import handoff, prepare
+from retrieval.data.vocab import Vocabulary
+from retrieval.jobs import config_checks
+from retrieval.jobs import warm_start as warm_start_lib
+
+PHASES = ("final", "tuning", "refit")  # the configured run; on the training data minus the holdout; after tuning
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingRun:
+    """What training reads: the run's config and paths, the facts of its prepared data, and the published run whose
+    id rows a warm start copies (the one the prepare stage kept the vocabularies stable against)."""
+
+    config: ml_collections.ConfigDict
+    paths: artifacts.RunPaths
+    data: handoff.PreparedData
+    warm_start: Optional[artifacts.RunPaths] = None
+
+    def vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
+        return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
+
+    @property
+    def tuning_checkpoints(self) -> Path:
+        return self.paths.checkpoints / "tuning"
+
+
+def train(run: TrainingRun) -> tuple[Any, dict]:
+    """Both phases: the final model and the train stage's summary (steps, best epoch and metric, and when tuned the
+    tuning record and whether the model was refit)."""
+    tuned, tuned_now = tune(run)
+    if tuned is not None and not run.config.train.refit:  # the tuned model is the final one
+        model = tuned_now if tuned_now is not None else fit(run, "tuning")[0]
+        return model, {"steps": tuned["steps"], "best_metric": tuned["best_metric"],
+                       "best_epoch": tuned["best_epoch"], "stopped_early": tuned["stopped_early"], "tuning": tuned,
+                       "refit": False, "sparse_updates": _sparse_updates(model)}
+    model, result = refit(run, tuned)
+    out = {"steps": result.step, "best_metric": result.best_metric, "best_epoch": result.best_epoch,
+           "stopped_early": result.stopped_early, "sparse_updates": _sparse_updates(model),
+           "final_loss": float(result.history["loss"][-1]) if result.history.get("loss") else None}
+    if tuned is not None:  # the refit has no validation: its best epoch and metric are the tuning's
+        out.update(tuning=tuned, refit=True, history=result.history, best_epoch=tuned["best_epoch"],
+                   best_metric=tuned["best_metric"], stopped_early=tuned["stopped_early"])
+    return model, out
+
+
+def final_model(run: TrainingRun) -> Any:
+    """The finished training's model, restored from its checkpoints (a rerun that resumes after the train stage)."""
+    return refit(run, tune(run)[0])[0]
+
+
+def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
+    """Phase 1: the tuning record (None without a holdout) and the model tuned now (None when an earlier attempt
+    recorded it)."""
+    if run.data.holdout is None:
+        return None, None
+    record = run.tuning_checkpoints / "record.json"
+    if record.exists():
+        return artifacts.read_json(record), None
+    model, result = fit(run, "tuning")
+    tuned = {"best_epoch": result.best_epoch, "best_metric": result.best_metric, "steps": result.step,
+             "stopped_early": result.stopped_early, "best_learning_rate": result.best_learning_rate,
+             "history": result.history}
+    logging.info("tuning on the automatic holdout: best %s %.4f at epoch %s", run.config.train.eval_metric_name,
+                 result.best_metric or float("nan"), result.best_epoch)
+    artifacts.write_json(record, tuned)
+    return tuned, model
+
+
+def refit(run: TrainingRun, tuned: Optional[dict]):
+    """Phase 2: the final model and its ``training.FitResult`` given the tuning record ``tuned`` (see the module
+    docstring); trained, or restored from the last checkpoint of a finished training."""
+    t = run.config.train
+    if tuned is None:
+        return fit(run, "final")
+    if not t.refit:
+        return fit(run, "tuning")
+    if t.refit_epochs and tuned.get("best_learning_rate") is not None:
+        return fit(run, "refit", epochs=t.refit_epochs, warm_learning_rate=tuned["best_learning_rate"])
+    return fit(run, "refit", epochs=tuned["best_epoch"] or t.epochs)
+
+
+def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None):
+    """Builds the model and trains it (resuming from the phase's checkpoints): ``final`` (the configured run),
+    ``tuning`` (the training data minus the holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all
+    training data for ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuned weights at
+    that learning rate). Returns the model and its ``training.FitResult``."""
+    from retrieval import training
+
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+    c, paths = run.config, run.paths
+    item_vocab, user_vocab = run.vocabularies()
+    config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
+    tuning = phase == "tuning"
+    examples = run.data.load_examples(paths, c, tuning=tuning)
+    logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if run.data.is_set else "next-item",
+                 "streamed from shards" if run.data.streamed else "in memory")
+    train_config = c.train
+    if phase == "refit":
+        train_config = ml_collections.ConfigDict(c.train.to_dict())
+        train_config.epochs, train_config.early_stopping_patience = int(epochs), 0
+        if warm_learning_rate is not None:
+            train_config.learning_rate = float(warm_learning_rate)
+    checkpoints = run.tuning_checkpoints if tuning else paths.checkpoints
+    make_model = _model_maker(run, item_vocab, user_vocab)
+    model = make_model()
+    if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
+        training.build_variables(model, examples)
+        for target, source in zip(model.weights, tuned_model(run, make_model, examples).weights, strict=True):
+            target.assign(source)
+        logging.info("refit: continuing from the tuned weights of %s", _latest_tuning_checkpoint(run))
+    elif run.warm_start is not None and not any(checkpoints.glob("ckpt*")):
+        training.build_variables(model, examples)  # the id tables must exist before rows are copied in
+        warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, run.warm_start)
+    evaluate_fn = None if phase == "refit" else validation_fn(run, model, item_vocab, user_vocab, tuning)
+    result = training.fit(model, examples, train_config, checkpoint_dir=checkpoints,
+                          tensorboard_dir=paths.tensorboard / "tuning" if tuning else paths.tensorboard,
+                          evaluate_fn=evaluate_fn)
+    return model, result
+
+
+def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabulary) -> Callable[[], Any]:
+    """A function building a fresh model of the run's configuration in the configured strategy's scope."""
+    from retrieval import distributed
+    from retrieval.models import build_model
+    from retrieval.models import config as model_config
+
+    c, sets = run.config, run.data.is_set
+    strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
+                                         ps_min_shard_bytes=c.train.ps_min_shard_bytes)
+
+    def make_model():
+        with strategy.scope():
+            return build_model(c.model, item_vocab, user_vocab,
+                               handoff.feature_arrays(c.data, run.paths, "item", item_vocab),
+                               handoff.feature_arrays(c.data, run.paths, "user", user_vocab),
+                               inference_history=c.model.inference_history if sets else None,
+                               inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
+                                                    if sets else 0), set_data=sets)
+
+    return make_model
+
+
+def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None, examples=None) -> Any:
+    """A fresh model holding the weights of the tuning run's last checkpoint (which ``training.fit`` saves after
+    early stopping restored the best epoch's weights). A refit copies them from this second model: restoring into
+    the refit's own model would also queue the tuning optimizer's step and slots (a checkpoint restores variables
+    created later), and the refit would resume there."""
+    import tensorflow as tf
+
+    from retrieval import training
+
+    latest = _latest_tuning_checkpoint(run)
+    if make_model is None:
+        make_model = _model_maker(run, *run.vocabularies())
+    if examples is None:
+        examples = run.data.load_examples(run.paths, run.config, tuning=True)
+    model = make_model()
+    training.build_variables(model, examples)
+    tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
+    return model
+
+
+def _latest_tuning_checkpoint(run: TrainingRun) -> str:
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(str(run.tuning_checkpoints))
+    if latest is None:
+        raise FileNotFoundError(f"no tuning checkpoint under {run.tuning_checkpoints} to refit from")
+    return latest
+
+
+def validation_fn(run: TrainingRun, model, item_vocab: Vocabulary, user_vocab: Vocabulary,
+                  tuning: bool = False) -> Optional[Callable[[], float]]:
+    """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation data
+    or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the user sample
+    of ``train.eval_max_users``, else of ``eval.max_users``, when set (only those users' rows are read)."""
+    from retrieval.evaluation import loading, runs
+    from retrieval.evaluation.early_stopping import recall_fn
+
+    config, paths = run.config, run.paths
+    t = config.train
+    train_path, validation_path = paths.train_data, paths.validation_data
+    if tuning:
+        train_path, validation_path = prepare.tuning_data(paths, "train"), prepare.tuning_data(paths, "validation")
+    if t.early_stopping_patience <= 0 or not validation_path.exists():
+        return None
+    sample = runs.user_sample(validation_path, t.get("eval_max_users", 0) or config.eval.max_users, config.seed)
+    if sample is None:
+        train, validation = pd.read_parquet(train_path), pd.read_parquet(validation_path)
+    else:
+        train = loading.read_users_interactions(train_path, sample, "training data")
+        validation = loading.read_users_interactions(validation_path, sample, "validation data")
+    if validation.empty:
+        return None
+    return recall_fn(model, train, validation, item_vocab, user_vocab, k=t.eval_k)
+
+
+def _sparse_updates(model) -> bool:
+    return getattr(model.optimizer, "sparse_updates", False)  # docs/sparse-updates.md
