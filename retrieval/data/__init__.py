@@ -1,7 +1,8 @@
 """Data layer: read + validate -> Vocabulary -> split -> example arrays (numpy) -> ``tf.data``.
 
 :mod:`prepare` runs these as one set of tasks (partition, split, vocabularies, examples) on one partition in memory
-or on many, streamed, on any engine (:mod:`engine`); :mod:`seeds` keys its randomness per user.
+or on many, streamed, on any engine (:mod:`engine`); :mod:`seeds` keys its randomness per user; :mod:`handoff` is what
+a job asks of it and what training reads back.
 Modules, one job each: :mod:`readers` (interaction logs and feature tables), :mod:`movielens` (GroupLens layouts),
 :mod:`validate` (``InputError`` with file/column/row), :mod:`vocab` (ids <-> indices, counts), :mod:`splits`,
 :mod:`order` (sequence or set: ``data.order`` and its detector), :mod:`examples` (next-item examples, skip-gram pairs,
