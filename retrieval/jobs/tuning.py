@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ml_collections
 import pandas as pd
@@ -30,6 +30,9 @@ from retrieval.data import handoff, prepare
 from retrieval.data.vocab import Vocabulary
 from retrieval.jobs import config_checks
 from retrieval.jobs import warm_start as warm_start_lib
+
+if TYPE_CHECKING:  # TensorFlow loads only when training runs
+    from retrieval.training import FitResult
 
 PHASES = ("final", "tuning", "refit")  # the configured run; on the training data minus the holdout; after tuning
 
@@ -94,7 +97,7 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     return tuned, model
 
 
-def refit(run: TrainingRun, tuned: Optional[dict]):
+def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
     """Phase 2: the final model and its ``training.FitResult`` given the tuning record ``tuned`` (see the module
     docstring); trained, or restored from the last checkpoint of a finished training."""
     t = run.config.train
@@ -107,7 +110,8 @@ def refit(run: TrainingRun, tuned: Optional[dict]):
     return fit(run, "refit", epochs=tuned["best_epoch"] or t.epochs)
 
 
-def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None):
+def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
+        warm_learning_rate: Optional[float] = None) -> tuple[Any, FitResult]:
     """Builds the model and trains it (resuming from the phase's checkpoints): ``final`` (the configured run),
     ``tuning`` (the training data minus the holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all
     training data for ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuned weights at
@@ -169,7 +173,7 @@ def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabular
     return make_model
 
 
-def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None, examples=None) -> Any:
+def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None, examples: Any = None) -> Any:
     """A fresh model holding the weights of the tuning run's last checkpoint (which ``training.fit`` saves after
     early stopping restored the best epoch's weights). A refit copies them from this second model: restoring into
     the refit's own model would also queue the tuning optimizer's step and slots (a checkpoint restores variables
@@ -198,7 +202,7 @@ def _latest_tuning_checkpoint(run: TrainingRun) -> str:
     return latest
 
 
-def validation_fn(run: TrainingRun, model, item_vocab: Vocabulary, user_vocab: Vocabulary,
+def validation_fn(run: TrainingRun, model: Any, item_vocab: Vocabulary, user_vocab: Vocabulary,
                   tuning: bool = False) -> Optional[Callable[[], float]]:
     """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation data
     or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the user sample
@@ -224,5 +228,5 @@ def validation_fn(run: TrainingRun, model, item_vocab: Vocabulary, user_vocab: V
     return recall_fn(model, train, validation, item_vocab, user_vocab, k=t.eval_k)
 
 
-def _sparse_updates(model) -> bool:
+def _sparse_updates(model: Any) -> bool:
     return getattr(model.optimizer, "sparse_updates", False)  # docs/sparse-updates.md
