@@ -416,8 +416,8 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     if sampled and c.get("model.objective.num_negatives", 1) < 1:
         yield "model.objective.num_negatives", f"{c['model.objective.name']} with sampled negatives needs at least 1"
     if c.get("model.objective.output_table") and not sampled:
-        yield "model.objective.output_table", ("the output table needs sampled negatives (sampled_softmax, or nce, "
-                                               "negative_sampling, sampled_logistic with negatives 'sampled')")
+        yield "model.objective.output_table", ("the output table needs sampled negatives: "
+                                               f"{model_config.sampled_objectives()}")
     if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":
         yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:
