@@ -75,7 +75,7 @@ RULES: dict[str, Rule] = {
     "data.cold_item_fraction": number(0, 1, high_open=True),
     "data.user_features_path": text(),
     "data.user_features": FEATURE_SPEC,
-    "data.split": one_of(prepare.SPLITS),
+    "data.split": one_of(splits.SPLITS),
     "data.holdout_n": integer(1, MAX_HISTORY),
     "data.validation": flag(),
     "data.temporal_quantile": number(0, 1, low_open=True, high_open=True),
@@ -254,10 +254,9 @@ def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
 
 def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
     split = c.get("data.split")
-    if split == "files" and not c.get("data.test_path"):
-        yield "data.test_path", "split 'files' needs a test file"
-    if split == "temporal" and not c.get("data.timestamp_column"):
-        yield "data.timestamp_column", "split 'temporal' needs a timestamp column"
+    needs = splits.SPLITS[split].needs if split in splits.SPLITS else ()
+    if needs and not c.get(needs[0]):
+        yield needs[0], f"split {split!r} needs {needs[1]}"
     for which in ("item", "user"):
         if c.get(f"data.{which}_features") and not c.get(f"data.{which}_features_path"):
             yield f"data.{which}_features", f"features declared without a table: set data.{which}_features_path"
