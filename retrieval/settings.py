@@ -12,7 +12,6 @@ import ml_collections
 
 MODEL_TYPES = ("two_tower", "item2vec")  # retrieval.jobs.job: which trainer runs
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")  # retrieval.distributed
-BASELINES = ("most_popular", "random", "item_knn", "ease")  # retrieval.evaluation.baselines.NAMES
 DEFAULT_KS = (10, 20, 50, 100)  # retrieval.evaluation.evaluator: cut-offs reported by default
 CI_METRICS = ("recall", "ndcg")  # retrieval.evaluation.evaluator: metrics with bootstrap intervals
 # retrieval.training

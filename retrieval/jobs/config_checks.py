@@ -30,7 +30,7 @@ from retrieval import settings
 from retrieval.data import catalogue, engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
 from retrieval.errors import InputError, shown, shown_list
-from retrieval.evaluation import metrics
+from retrieval.evaluation import baselines, metrics
 from retrieval.jobs import gate, identity, locations
 from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
 from retrieval.models import config as model_config
@@ -95,7 +95,7 @@ RULES: dict[str, Rule] = {
     # eval, index, gate, publish (configs/base.py)
     "eval.ks": integers(1, MAX_K, nonempty=True),
     "eval.exclude_train": flag(),
-    "eval.baselines": names(settings.BASELINES),
+    "eval.baselines": names(baselines.BASELINES),
     "eval.bootstrap": integer(0, 100_000),  # resamples: 1000 give 95% intervals
     "eval.ease_lambda": number(0, 1e12, low_open=True),
     "eval.max_users": integer(0, COUNT),
@@ -246,7 +246,7 @@ def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
     if c.get("gate.min_lift_over_popular", gate.OFF) <= gate.OFF:
         return
     off = "or turn the check off with gate.min_lift_over_popular=-1"
-    if gate.POPULAR not in c.get("eval.baselines", settings.BASELINES):
+    if gate.POPULAR not in c.get("eval.baselines", baselines.NAMES):
         yield "eval.baselines", f"gate.min_lift_over_popular needs the {gate.POPULAR!r} baseline: add it, {off}"
     if not c.get("gate.compare"):
         yield "gate.compare", f"gate.min_lift_over_popular compares its first metric with most-popular: name one, {off}"

@@ -148,7 +148,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
         expected count per global batch).
       estimator: the frequency estimator, updated with the batch's labels once per training step.
       sampler: extra negatives shared by the batch (mixed negative sampling), or None.
-      loss: "in_batch", one of ``BINARY`` or one of ``IN_BATCH_ONLY``.
+      loss: an objective of ``models.config.OBJECTIVES`` whose sources include "in_batch".
       margin: ``ccl``'s margin on the negatives' cosine.
       negative_weight: ``ccl``'s weight of the negatives' mean, ``bsl``'s weight of the negatives' log-partition.
     """
