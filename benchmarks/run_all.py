@@ -1,5 +1,5 @@
-"""Runs every benchmark of this folder and writes ``RESULTS.md`` (machine facts + one table per benchmark) and the
-raw rows as ``results.json`` beside it (keeping its ``separate_runs``, written by ``benchmarks.record``).
+"""Runs every benchmark of this folder and writes the raw rows as ``results.json`` (keeping its ``separate_runs``,
+written by ``benchmarks.record``), then ``RESULTS.md`` beside it from that file (``benchmarks.results_page``).
 
 A benchmark is a module ``benchmarks/bench_<name>.py`` exposing ``run(smoke: bool) -> list[dict]``. Each runs in
 this process, one after the other; one that fails (import error, exception) gets its error in its section and the
@@ -30,7 +30,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 
-from retrieval.artifacts import read_json, write_json, write_text
+from retrieval.artifacts import read_json, write_json
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "RESULTS.md"
@@ -143,27 +143,6 @@ def markdown_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def render(facts: dict, results: Sequence[dict], smoke: bool) -> str:
-    """The text of RESULTS.md."""
-    lines = ["# Benchmark results", "", "Written by `python -m benchmarks.run_all`" + (" --smoke (tiny sizes: not "
-             "representative)" if smoke else "") + ". Medians of repeated runs with min-max where a benchmark "
-             "repeats; ratios are against the reference measured in the same run. Each module's docstring says "
-             "what it measures and how.", "", "## Machine", "", "| fact | value |", "|---|---|"]
-    lines += [f"| {key} | {_cell(value)} |" for key, value in facts.items()]
-    for result in results:
-        lines += ["", f"## {result['name']}", ""]
-        if result.get("description"):
-            lines += [result["description"], ""]
-        lines.append(f"`benchmarks/bench_{result['name']}.py`, {result['seconds']} s.")
-        if result["error"]:
-            lines += ["", "**Failed:**", "", "```", result["error"].rstrip(), "```"]
-        elif result["rows"]:
-            lines += ["", markdown_table(result["rows"])]
-        else:
-            lines += ["", "No rows."]
-    return "\n".join(lines) + "\n"
-
-
 def run_all(names: Sequence[str], smoke: bool, output: Path) -> Path:
     """Runs the named benchmarks and writes ``output`` (RESULTS.md) and ``results.json`` beside it."""
     facts = machine_facts()
@@ -173,8 +152,9 @@ def run_all(names: Sequence[str], smoke: bool, output: Path) -> Path:
     kept = {key: value for key, value in (read_json(results_json) if results_json.is_file() else {}).items()
             if key == "separate_runs"}  # rows of benchmark commands run on their own (benchmarks.record)
     write_json(results_json, {"machine": facts, "smoke": smoke, "benchmarks": results, **kept})
-    write_text(output, render(facts, results, smoke))
-    return output
+    from benchmarks import results_page  # it renders tables with this module's markdown_table
+
+    return results_page.write(results_json, output)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:

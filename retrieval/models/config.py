@@ -113,7 +113,7 @@ def default_config() -> ml_collections.ConfigDict:
     # With item features only: the share of item ids replaced by the unknown-id row in training, on the candidate
     # side and in histories (item-id dropout, DropoutNet, Volkovs et al. 2017), so the feature path learns to place
     # an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among
-    # 0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, RESULTS.md "Issue 35").
+    # 0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").
     config.item_tower.id_dropout = 0.15
 
     config.user_tower = ml_collections.ConfigDict()

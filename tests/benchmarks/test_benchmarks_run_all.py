@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from benchmarks import run_all
+from benchmarks import results_page, run_all
 
 
 def test_smoke_run_writes_machine_facts_and_tables(tmp_path):
@@ -48,7 +48,7 @@ def test_a_failing_benchmark_shows_its_error_and_the_others_still_render():
     results = [run_all.run_benchmark(name, True, load=modules.__getitem__) for name in ("bad", "good")]
     assert "disk on fire" in results[0]["error"] and results[0]["rows"] == []
     assert results[1]["error"] is None and results[1]["description"] == "Good one."
-    text = run_all.render({"cpu": "test"}, results, smoke=True)
+    text = results_page.render({"machine": {"cpu": "test"}, "smoke": True, "benchmarks": results})
     bad, good = text.split("## bad")[1].split("## good")
     assert "**Failed:**" in bad and "RuntimeError: disk on fire" in bad
     assert "| x | 1 |" in good
