@@ -379,12 +379,17 @@ def _vector_dimension(c: Mapping[str, Any]) -> Optional[int]:
 
 
 def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
-    """``index.factory`` is a string FAISS can build at the model's dimension (``auto`` always is): checked here,
-    not after the whole training."""
+    """``index.factory`` is a string FAISS can build at the model's dimension (a named one, ``auto``, always is):
+    checked here, not after the whole training."""
     factory, dimension = str(c.get("index.factory", "auto")).strip(), _vector_dimension(c)
-    if factory.lower() == "auto" or not dimension:
+    if factory.lower() == "auto" or not dimension:  # the default, without loading FAISS (index.factory.NAMED)
         return
     import faiss  # about a second, only for an explicit factory
+
+    from retrieval.index.factory import NAMED
+
+    if factory.lower() in NAMED:
+        return
 
     try:
         faiss.index_factory(int(dimension), factory)
@@ -396,10 +401,10 @@ def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
 def check_index(config: Mapping, n_items: int) -> None:
     """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items`` (known
     once the data is prepared: checked then, before training)."""
-    from retrieval.index.factory import codebook_size
+    from retrieval.index.factory import NAMED, codebook_size
 
     factory = str(config["index"]["factory"]).strip()
-    if factory.lower() != "auto" and codebook_size(factory) > n_items:
+    if factory.lower() not in NAMED and codebook_size(factory) > n_items:
         raise InputError(f"{factory!r} trains {codebook_size(factory)} centroids, more than the {n_items} items of the "
                          f"catalogue; use fewer IVF lists, fewer PQ bits, or Flat", field="config.index.factory")
 
