@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.run_all import HERE, markdown_table
 from retrieval.artifacts import read_json, write_text
 
+HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results.json"
 PAGE = HERE / "RESULTS.md"
 COMMAND = "python -m benchmarks.results_page --write"
@@ -94,6 +94,49 @@ def _description(benchmark: str, data: dict) -> str:
 def _table(rows: Sequence[dict]) -> str:
     """The Markdown table of ``rows``, the :data:`LEADING` columns first."""
     return markdown_table([{**{key: row[key] for key in LEADING if key in row}, **row} for row in rows])
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _columns(rows: Sequence[dict]) -> list[str]:
+    """Keys in order of first appearance, ``k_min``/``k_max`` folded into ``k``, ``peak_rss_mb`` after the first
+    ``*_per_s`` column."""
+    keys = list(dict.fromkeys(key for row in rows for key in row))
+    ranged = {key for key in keys if f"{key}_min" in keys and f"{key}_max" in keys}
+    columns = [key for key in keys if not any(key in (f"{k}_min", f"{k}_max") for k in ranged)]
+    throughput = next((key for key in columns if key.endswith("_per_s")), None)
+    if throughput is not None and "peak_rss_mb" in columns:
+        columns.remove("peak_rss_mb")
+        columns.insert(columns.index(throughput) + 1, "peak_rss_mb")
+    return columns
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """A Markdown table of ``rows``: keys in order of first appearance, a key ``k`` with ``k_min`` and ``k_max``
+    beside it shown as ``median (min-max)`` in one column, ``peak_rss_mb`` right after the first ``*_per_s``."""
+    columns = _columns(rows)
+    header = [f"{c} (median, min-max)" if any(f"{c}_min" in r and f"{c}_max" in r for r in rows) else c
+              for c in columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for c in columns:
+            cell = _cell(row.get(c))
+            if f"{c}_min" in row and f"{c}_max" in row:
+                cell += f" ({_cell(row[f'{c}_min'])}-{_cell(row[f'{c}_max'])})"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _load(load: Optional[Sequence[float]]) -> str:

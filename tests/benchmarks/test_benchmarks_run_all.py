@@ -63,7 +63,7 @@ def test_table_folds_min_max_and_puts_rss_beside_throughput():
     rows = [{"name": "ours", "examples_per_s": 2000, "examples_per_s_min": 1500, "examples_per_s_max": 2500,
              "ratio_vs_ref": 2.0, "peak_rss_mb": 512.25},
             {"name": "ref", "examples_per_s": 1000.0, "ratio_vs_ref": 1.0, "peak_rss_mb": 300, "note": "a|b"}]
-    header, rule, first, second = run_all.markdown_table(rows).splitlines()
+    header, rule, first, second = results_page.markdown_table(rows).splitlines()
     assert header == "| name | examples_per_s (median, min-max) | peak_rss_mb | ratio_vs_ref | note |"
     assert rule == "|---|---|---|---|---|"
     assert first == "| ours | 2,000 (1,500-2,500) | 512 | 2 |  |"
