@@ -19,7 +19,7 @@ serialized index bytes (with ``RFlat`` these include the full float32 vectors), 
 separate queries, and its single-thread QPS relative to the largest compared size's ``auto`` row.
 
 Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
-``results.json``'s ``separate_runs`` with the machine facts, and as a table at the end of ``RESULTS.md``.
+``results.json``'s ``separate_runs`` with the machine facts, and on the ``RESULTS.md`` page rewritten from it.
 
     python -m benchmarks.bench_index [--smoke] [--sizes=1000000,10000000] [--compare_max=1000000] [--keep_dir=DIR]
         [--no-record]"""

@@ -32,7 +32,7 @@ Rows: median (min-max) of the repeats; on ours, ``time_ratio_vs_<side>`` = our m
 ``meets_target`` (all three parts of the target).
 
 Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
-``results.json``'s ``separate_runs`` and as a table at the end of ``RESULTS.md``, with the load average before the
+``results.json``'s ``separate_runs`` and on the ``RESULTS.md`` page rewritten from it, with the load average before the
 run in the note.
 
     python -m benchmarks.bench_item2vec [--smoke] [--overrides='{"threads": 1}'] [--no-record]

@@ -22,7 +22,7 @@ the server and share its cores. Targets: p99 < 10 ms for one HTTP client at 10M 
 with 8 HTTP clients at 1M items, 0 errors.
 
 Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
-``results.json``'s ``separate_runs`` with the machine facts, and as a table at the end of ``RESULTS.md``.
+``results.json``'s ``separate_runs`` with the machine facts, and on the ``RESULTS.md`` page rewritten from it.
 
     python -m benchmarks.bench_serving [--smoke] [--sizes=1000000,10000000] [--catalogue_dir=DIR] [--max_wait_ms=0]
         [--workers=1,2] [--no-record]

@@ -37,7 +37,7 @@ ratio (this repeat's ours / this repeat's TFRS, steady state). Target: ours >= 2
 median: ``meets_target`` on the whole-span wall ratio, ``meets_target_best_window`` on the best-window one.
 
 Unless ``--smoke`` or ``--no-record``, the rows are also recorded (``benchmarks.record``): appended to
-``results.json``'s ``separate_runs`` and as a table at the end of ``RESULTS.md``.
+``results.json``'s ``separate_runs`` and on the ``RESULTS.md`` page rewritten from it.
 
     python -m benchmarks.bench_training [--smoke] [--no-record]
 """

@@ -3,9 +3,9 @@ at 1M and 10M), so that every published figure is machine-readable.
 
 ``record`` appends one entry to ``results.json``'s ``separate_runs`` list (``run_all`` keeps that list when it
 rewrites the file): the benchmark's name, the command, the date, where the figures come from (``source``), the
-machine facts of ``run_all.machine_facts`` and the rows as the benchmark returned them. It also appends the rows as a
-Markdown table, under a heading naming the command and date, to ``RESULTS.md`` (append-only: earlier sections are
-never rewritten). Rows measured before this existed are backfilled with ``source`` naming where they were copied from.
+machine facts of ``run_all.machine_facts`` and the rows as the benchmark returned them, then rewrites ``RESULTS.md``
+from the file (``benchmarks.results_page``: the latest run of each command). Rows measured before this existed are
+backfilled with ``source`` naming where they were copied from; what a run shows and why goes to ``JOURNAL.md``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
-from benchmarks.run_all import DEFAULT_OUTPUT, machine_facts, markdown_table
+from benchmarks import results_page
+from benchmarks.run_all import DEFAULT_OUTPUT, machine_facts
 from retrieval.artifacts import read_json, write_json
 
 SEPARATE_RUNS = "separate_runs"
@@ -23,7 +24,8 @@ SEPARATE_RUNS = "separate_runs"
 def add_record_flag(parser: argparse.ArgumentParser) -> None:
     """``--record/--no-record``; ``should_record`` resolves the default (record unless ``--smoke``)."""
     parser.add_argument("--record", action=argparse.BooleanOptionalAction, default=None,
-                        help="append the rows to benchmarks/results.json and RESULTS.md (default: unless --smoke)")
+                        help="append the rows to benchmarks/results.json and rewrite RESULTS.md (default: unless "
+                             "--smoke)")
 
 
 def should_record(args: argparse.Namespace) -> bool:
@@ -37,8 +39,8 @@ def separate_runs(results_json: Path) -> list[dict]:
 
 def record(benchmark: str, rows: Sequence[dict], command: str, results_md: Path = DEFAULT_OUTPUT,
            source: str = "measured by the command", facts: Optional[dict] = None, note: str = "") -> dict:
-    """Appends ``rows`` to ``results.json`` (beside ``results_md``) and ``results_md`` (module docstring); returns
-    the entry."""
+    """Appends ``rows`` to ``results.json`` (beside ``results_md``) and rewrites ``results_md`` from it (module
+    docstring); returns the entry."""
     facts = facts if facts is not None else machine_facts()
     entry = {"benchmark": benchmark, "command": command, "date": facts.get("date"), "source": source,
              "note": note, "machine": facts, "rows": [dict(row) for row in rows]}
@@ -46,9 +48,5 @@ def record(benchmark: str, rows: Sequence[dict], command: str, results_md: Path 
     data = read_json(results_json) if results_json.is_file() else {}
     data[SEPARATE_RUNS] = separate_runs(results_json) + [entry]
     write_json(results_json, data)
-    load = facts.get("load_average_1_5_15")
-    heading = (f"\n### {benchmark} (`{command}`, {facts.get('date')}, commit {facts.get('git_commit')}, "
-               f"load average {load})\n\n")
-    with results_md.open("a") as f:
-        f.write(heading + (note + "\n\n" if note else "") + markdown_table(rows) + "\n")
+    results_page.write(results_json, results_md)
     return entry

@@ -1,11 +1,11 @@
-"""Runs every benchmark of this folder and writes ``RESULTS.md`` (machine facts + one table per benchmark) and the
-raw rows as ``results.json`` beside it (keeping its ``separate_runs``, written by ``benchmarks.record``).
+"""Runs every benchmark of this folder and writes the raw rows as ``results.json`` (keeping its ``separate_runs``,
+written by ``benchmarks.record``), then ``RESULTS.md`` beside it from that file (``benchmarks.results_page``).
 
 A benchmark is a module ``benchmarks/bench_<name>.py`` exposing ``run(smoke: bool) -> list[dict]``. Each runs in
 this process, one after the other; one that fails (import error, exception) gets its error in its section and the
 others still run. Rows are rendered as they are, with two conventions: a key ``k`` with ``k_min`` and ``k_max``
 beside it is shown as ``median (min-max)`` in one column, and ``peak_rss_mb`` is placed right after the first
-throughput column (``*_per_s``). Ratios are whatever each benchmark measured against its own reference in the same
+throughput column (``*_per_s``): ``results_page.markdown_table``. Ratios are whatever each benchmark measured against its own reference in the same
 run. ``--smoke`` runs the tiny sizes and, unless ``--output`` is given, writes to a fresh temporary folder, never
 over the real results.
 
@@ -30,9 +30,10 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 
-from retrieval.artifacts import read_json, write_json, write_text
+from benchmarks import results_page
+from benchmarks.results_page import HERE
+from retrieval.artifacts import read_json, write_json
 
-HERE = Path(__file__).resolve().parent
 DEFAULT_OUTPUT = HERE / "RESULTS.md"
 PACKAGES = ("tensorflow", "tf-keras", "tensorflow-recommenders", "faiss-cpu", "gensim", "numpy", "pandas")
 
@@ -101,69 +102,6 @@ def run_benchmark(name: str, smoke: bool, load: Callable[[str], object] = _load)
     return result
 
 
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _columns(rows: Sequence[dict]) -> list[str]:
-    """Keys in order of first appearance, ``k_min``/``k_max`` folded into ``k``, ``peak_rss_mb`` after the first
-    ``*_per_s`` column."""
-    keys = list(dict.fromkeys(key for row in rows for key in row))
-    ranged = {key for key in keys if f"{key}_min" in keys and f"{key}_max" in keys}
-    columns = [key for key in keys if not any(key in (f"{k}_min", f"{k}_max") for k in ranged)]
-    throughput = next((key for key in columns if key.endswith("_per_s")), None)
-    if throughput is not None and "peak_rss_mb" in columns:
-        columns.remove("peak_rss_mb")
-        columns.insert(columns.index(throughput) + 1, "peak_rss_mb")
-    return columns
-
-
-def markdown_table(rows: Sequence[dict]) -> str:
-    """A Markdown table of ``rows`` (see the module docstring for the column conventions)."""
-    columns = _columns(rows)
-    header = [f"{c} (median, min-max)" if any(f"{c}_min" in r and f"{c}_max" in r for r in rows) else c
-              for c in columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = []
-        for c in columns:
-            cell = _cell(row.get(c))
-            if f"{c}_min" in row and f"{c}_max" in row:
-                cell += f" ({_cell(row[f'{c}_min'])}-{_cell(row[f'{c}_max'])})"
-            cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def render(facts: dict, results: Sequence[dict], smoke: bool) -> str:
-    """The text of RESULTS.md."""
-    lines = ["# Benchmark results", "", "Written by `python -m benchmarks.run_all`" + (" --smoke (tiny sizes: not "
-             "representative)" if smoke else "") + ". Medians of repeated runs with min-max where a benchmark "
-             "repeats; ratios are against the reference measured in the same run. Each module's docstring says "
-             "what it measures and how.", "", "## Machine", "", "| fact | value |", "|---|---|"]
-    lines += [f"| {key} | {_cell(value)} |" for key, value in facts.items()]
-    for result in results:
-        lines += ["", f"## {result['name']}", ""]
-        if result.get("description"):
-            lines += [result["description"], ""]
-        lines.append(f"`benchmarks/bench_{result['name']}.py`, {result['seconds']} s.")
-        if result["error"]:
-            lines += ["", "**Failed:**", "", "```", result["error"].rstrip(), "```"]
-        elif result["rows"]:
-            lines += ["", markdown_table(result["rows"])]
-        else:
-            lines += ["", "No rows."]
-    return "\n".join(lines) + "\n"
-
-
 def run_all(names: Sequence[str], smoke: bool, output: Path) -> Path:
     """Runs the named benchmarks and writes ``output`` (RESULTS.md) and ``results.json`` beside it."""
     facts = machine_facts()
@@ -173,8 +111,7 @@ def run_all(names: Sequence[str], smoke: bool, output: Path) -> Path:
     kept = {key: value for key, value in (read_json(results_json) if results_json.is_file() else {}).items()
             if key == "separate_runs"}  # rows of benchmark commands run on their own (benchmarks.record)
     write_json(results_json, {"machine": facts, "smoke": smoke, "benchmarks": results, **kept})
-    write_text(output, render(facts, results, smoke))
-    return output
+    return results_page.write(results_json, output)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:

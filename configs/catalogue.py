@@ -9,7 +9,7 @@ without retraining:
         --config.data.item_features_path=items.csv --config.data.item_features=title:text,genres:multi
 
 The item tower settings were chosen on validation data: MovieLens-1M (partial) with titles, genres and years, a
-seeded 10% of the movies cold, cold items of seed 7 (benchmarks/bench_cold_start.py, RESULTS.md "Issue 35").
+seeded 10% of the movies cold, cold items of seed 7 (benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").
 """
 
 from configs.two_tower import get_config as two_tower_config

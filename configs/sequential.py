@@ -10,7 +10,7 @@ configs/two_tower.py there.
     python -m pipelines.train --config=configs/sequential.py --config.data.format=user_items \
         --config.data.train_path=Beauty.txt --config.data.split=leave_last_n --config.data.holdout_n=1
 
-The values set here carry one-line reasons; the validation run behind them is in benchmarks/RESULTS.md ("Issue 37").
+The values set here carry one-line reasons; the validation run behind them is in benchmarks/JOURNAL.md ("Issue 37").
 """
 
 from configs import two_tower
@@ -25,7 +25,7 @@ def get_config():
     # targets (the last max_history + 1 items), SASRec's training.
     config.data.max_examples_per_user = 1
     # SASRec's width and its shared input / output item table, the encoder's state projected linearly (no hidden
-    # layer); d = 64 also keeps an epoch of Beauty near 10 CPU-seconds (RESULTS.md, issue 37).
+    # layer); d = 64 also keeps an epoch of Beauty near 10 CPU-seconds (JOURNAL.md, "Issue 37").
     config.model.embedding_dim = 64
     config.model.item_tower.id_embedding_dim = 64
     config.model.user_tower.share_item_embeddings = True

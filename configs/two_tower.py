@@ -12,7 +12,7 @@ and the user tower pools the history. Add features with `--config.data.item_feat
         --config.data.split=files --config.data.train_path=train.txt --config.data.test_path=test.txt
 
 Every key is described in docs/reference.md; the values set here carry one-line reasons, and the validation sweeps
-behind them are in benchmarks/RESULTS.md ("Recipe sweeps", "Issue 26, item 2").
+behind them are in benchmarks/JOURNAL.md ("Recipe sweeps", "Issue 26, item 2").
 """
 
 from configs.base import two_tower_config
@@ -20,13 +20,13 @@ from configs.base import two_tower_config
 
 def get_config():
     config = two_tower_config("two_tower")
-    # In-batch softmax with static log-Q: "estimated" lost 0.047 validation recall@20 on lastfm (RESULTS.md).
+    # In-batch softmax with static log-Q: "estimated" lost 0.047 validation recall@20 on lastfm (JOURNAL.md).
     config.model.objective.name = "in_batch"
     config.model.objective.log_q = "static"
     # Example age needs real timestamps; benchmark splits (user_items) only have positions.
     config.model.user_tower.use_example_age = False
     # Temperature, widths, history dropout, a history table of its own and the learning rate: the validation
-    # sweeps on set-splits/ml-1m (RESULTS.md, "Recipe sweeps").
+    # sweeps on set-splits/ml-1m (JOURNAL.md, "Recipe sweeps").
     config.model.temperature = 0.1
     config.model.embedding_dim = 128
     config.model.item_tower.id_embedding_dim = 128
@@ -36,10 +36,10 @@ def get_config():
     config.data.history_keep = 0.5
     config.train.learning_rate = 0.002
     # Early stopping on validation recall@20 (the validation file, else the automatic holdout), patience 8; epochs
-    # is the cap: validation recall peaked at epoch 24 (lastfm) and 34 (ml-1m) (RESULTS.md, "Issue 26, item 2").
+    # is the cap: validation recall peaked at epoch 24 (lastfm) and 34 (ml-1m) (JOURNAL.md, "Issue 26, item 2").
     # The refit after the automatic holdout retrains from scratch for the best epoch count (train.refit_epochs 0).
     # On ~1M-pair sets (set-splits/yelp2018) that schedule takes over 15 minutes on 2 cores; the large-set schedule
-    # measured there (RESULTS.md, "Issue 36") is --config.train.epochs=12 --config.train.early_stopping_patience=3
+    # measured there (JOURNAL.md, "Issue 36") is --config.train.epochs=12 --config.train.early_stopping_patience=3
     # --config.train.min_learning_rate_ratio=0.1 --config.train.eval_max_users=10000 --config.train.refit_epochs=2,
     # which lost ml-1m's recall lead and amazon-beauty's interval over EASE^R, so it is not the default.
     config.train.epochs = 40

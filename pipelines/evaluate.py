@@ -13,8 +13,9 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from retrieval import cli, settings
+from retrieval import cli
 from retrieval.errors import InputError
+from retrieval.evaluation import baselines
 from retrieval.jobs import locations
 
 _RUN = cli.RunDirFlags("evaluate (the report is written into its run directory unless --output_dir says otherwise)")
@@ -22,7 +23,7 @@ _TEST_PATH = flags.DEFINE_string("test_path", None, "Explicit test file (csv, ts
                                  "with canonical columns) instead of the run's data/test.parquet.")
 _KS = flags.DEFINE_list("ks", None, "Cut-offs k, comma separated, e.g. 10,20,50,100. Default: the run's eval.ks.")
 _BASELINES = flags.DEFINE_list("baselines", None, "Baselines computed in the same run, comma separated, among "
-                               f"{', '.join(settings.BASELINES)}; 'none' for none. Default: the run's eval.baselines.")
+                               f"{', '.join(baselines.BASELINES)}; 'none' for none. Default: the run's eval.baselines.")
 _BOOTSTRAP = flags.DEFINE_integer("bootstrap", None, "Bootstrap resamples over users for 95% intervals and paired "
                                   "tests; 0 disables them. Default: the run's eval.bootstrap, else 1000.")
 _SEED = flags.DEFINE_integer("seed", None, "Seed of the bootstrap and the random baseline. Default: the run's seed.")

@@ -12,7 +12,6 @@ import ml_collections
 
 MODEL_TYPES = ("two_tower", "item2vec")  # retrieval.jobs.job: which trainer runs
 STRATEGIES = ("default", "mirrored", "multi_worker", "parameter_server")  # retrieval.distributed
-BASELINES = ("most_popular", "random", "item_knn", "ease")  # retrieval.evaluation.baselines.NAMES
 DEFAULT_KS = (10, 20, 50, 100)  # retrieval.evaluation.evaluator: cut-offs reported by default
 CI_METRICS = ("recall", "ndcg")  # retrieval.evaluation.evaluator: metrics with bootstrap intervals
 # retrieval.training
@@ -68,7 +67,7 @@ def default_train_config() -> ml_collections.ConfigDict:
     # With refit: 0 trains the final model from scratch for the best epoch count; N > 0 continues from the tuned
     # model's best weights on all training data for N epochs instead (the holdout's items enter the model), from
     # the learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end:
-    # the refit then costs N epochs, not best-epoch-many (benchmarks/RESULTS.md, "Issue 36").
+    # the refit then costs N epochs, not best-epoch-many (benchmarks/JOURNAL.md, "Issue 36").
     config.refit_epochs = 0
     # Name under which the validation metric is logged (Keras logs, TensorBoard).
     config.eval_metric_name = "val_recall"

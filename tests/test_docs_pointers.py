@@ -109,3 +109,43 @@ def test_every_flag_of_an_entry_point_exists(every_text):
             unknown += [(where, module, flag) for flag in re.findall(r"(?<![\w-])--(\w+)", args)
                         if flag not in flags and flag != "config"]
     assert not unknown, unknown
+
+
+JOURNAL = ROOT / "benchmarks" / "JOURNAL.md"
+SOURCES = sorted([*PAGES, *(ROOT / "configs").glob("*.py"), *(ROOT / "retrieval").rglob("*.py"),
+                  *(ROOT / "benchmarks").glob("*.py")])
+
+
+CITED = r'`*[,;]?\s*\(?(?:sections?\s+)?(?=")'  # page`, "X" / page ("X", "Y") / page`, section "X"
+QUOTED = re.compile(r'"([^"]+)"')
+BETWEEN = re.compile(r"\s*(?:,\s*and|,|and)\s*")
+
+
+def _cited(text: str, page: str) -> list[str]:
+    """The quoted section names right after each mention of ``page``."""
+    cited = []
+    for match in re.finditer(re.escape(page) + '(?!")' + CITED, text):
+        at = match.end()
+        while quoted := QUOTED.match(text, at):
+            cited.append(" ".join(quoted.group(1).split()))
+            between = BETWEEN.match(text, quoted.end())
+            if not between or not text.startswith('"', between.end()):
+                break
+            at = between.end()
+    return cited
+
+
+def test_cited_journal_sections_exist():
+    """A section cited as `benchmarks/JOURNAL.md, "Issue 36"` is a heading of the journal; RESULTS.md, the generated
+    page of current figures, has no such sections to cite."""
+    headings = [" ".join(line.lstrip("#").split()) for line in JOURNAL.read_text().splitlines()
+                if line.startswith("#")]
+    missing, misplaced = [], []
+    for path in SOURCES:
+        text = path.read_text()
+        where = str(path.relative_to(ROOT))
+        missing += [(where, name) for name in _cited(text, "JOURNAL.md") if not any(name in h for h in headings)]
+        misplaced += [(where, name) for name in _cited(text, "RESULTS.md")]
+        misplaced += [(where, found) for found in re.findall(r"RESULTS\.md`*,? [Ii]ssue \d+", text)]
+    assert not missing, missing
+    assert not misplaced, misplaced

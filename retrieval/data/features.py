@@ -13,6 +13,9 @@ describes vocabulary index ``i``. Rows 0 and 1 (padding, OOV) and ids without a 
   the other rows nothing), a row keeps its first :data:`MAX_TEXT_TOKENS` known tokens, and the tower mean-pools
   their embeddings (a bag of words). A cell longer than :data:`MAX_TEXT_CHARS` characters is refused by the reader.
 
+:data:`KINDS` is the registry of these kinds (``name:kind`` in ``data.item_features``): how the reader checks a
+column, how its cells become values and how many a row keeps; the config checks and the reader take its names.
+
 A :class:`FeatureSpec` records each feature's kind and vocabulary or statistics, so a model can size its embedding
 tables (``len(vocabulary) + 1`` rows), and a run stores the item specs (:func:`save_specs`): a catalogue refresh
 encodes a new table with exactly the codes the model was trained with (:func:`load_specs`).
@@ -22,23 +25,56 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 from absl import logging
 
 from retrieval import artifacts
+from retrieval.data import validate
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 
-KINDS = ("categorical", "multi", "numeric", "text")
 SEPARATOR = "|"
 MAX_VALUES = 64  # default cap of M; genres, tags and categories of real catalogues stay well under it
 MAX_TEXT_TOKENS = 32  # tokens a text cell keeps (a title, the start of a description)
 MAX_TEXT_VOCABULARY = 50_000  # most frequent tokens kept: the embedding table is this x feature_embedding_dim
 MAX_TEXT_CHARS = 10_000  # a longer cell is refused (a whole document or a misread file, not a title)
 TOKEN_PATTERN = r"[^\W_]+"  # runs of letters and digits (Unicode): "Toy Story (1995)" -> toy, story, 1995
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureKind:
+    """One kind of feature column. ``read(column, path, name)``: the reader's check and cast of the column;
+    ``split``: non-missing cells as strings -> their values, indexed by row (None: a numeric feature, standardised);
+    ``max_values``: the values a row keeps by default (1: one code, ``[V]``; more: ``[V, M]`` codes the towers
+    mean-pool); ``frequent_only``: only values of at least two rows get a code and unknown ones take no slot."""
+
+    read: Callable[[pd.Series, str, str], Any]
+    split: Optional[Callable[[pd.Series], pd.Series]] = None
+    max_values: int = 1
+    frequent_only: bool = False
+
+    @property
+    def numeric(self) -> bool:
+        return self.split is None
+
+
+def _strings(column: pd.Series, path: str, name: str) -> pd.Series:
+    return column.astype("str").where(column.notna())
+
+
+# The feature kinds, by the name a declaration gives (data.item_features / data.user_features: "name:kind").
+KINDS: dict[str, FeatureKind] = {
+    "categorical": FeatureKind(_strings, split=lambda cells: cells),
+    "multi": FeatureKind(_strings, split=lambda cells: cells.str.split(SEPARATOR).explode().str.strip(),
+                         max_values=MAX_VALUES),
+    "numeric": FeatureKind(validate.numeric),
+    "text": FeatureKind(lambda column, path, name: validate.text(column, MAX_TEXT_CHARS, path, name).to_numpy(),
+                        split=lambda cells: cells.str.lower().str.findall(TOKEN_PATTERN).explode().dropna().astype(str),
+                        max_values=MAX_TEXT_TOKENS, frequent_only=True),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +120,7 @@ def parse_kinds(declared: str, field: str) -> dict[str, str]:
 def _values(column: pd.Series, kind: str) -> pd.Series:
     """Non-missing string values of a categorical (one per row), multi (exploded) or text (exploded lower-cased
     tokens) column, indexed by row."""
-    text = column.dropna().astype(str)
-    if kind == "multi":
-        text = text.str.split(SEPARATOR).explode().str.strip()
-    elif kind == "text":
-        text = text.str.lower().str.findall(TOKEN_PATTERN).explode().dropna().astype(str)
+    text = KINDS[kind].split(column.dropna().astype(str))
     return text[text.str.len() > 0]
 
 
@@ -124,7 +156,9 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
             else:
                 kind = "multi" if column.dropna().astype(str).str.contains(SEPARATOR, regex=False).any() else \
                     "categorical"
-        if kind == "numeric":
+        if kind not in KINDS:
+            raise InputError(f"unknown feature kind {kind!r}; expected one of {list(KINDS)}", column=name)
+        if KINDS[kind].numeric:
             values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
             if np.isnan(values).all():
                 raise InputError("numeric feature without a numeric value", column=name)
@@ -132,21 +166,22 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
             specs.append(FeatureSpec(name, kind, mean=float(np.nanmean(values)), std=std if std > 0 else 1.0))
             continue
         values = _values(column, kind)
-        if kind == "text":
+        if KINDS[kind].frequent_only:
             vocabulary = _text_vocabulary(values)
             known = values[values.isin(vocabulary.index)]
             longest = int(known.groupby(level=0).size().max()) if len(known) else 1
             specs.append(FeatureSpec(name, kind, tuple(vocabulary.index.astype(str).tolist()),
-                                     max_values=min(longest, max_values or MAX_TEXT_TOKENS)))
+                                     max_values=min(longest, max_values or KINDS[kind].max_values)))
             continue
         counts = values.value_counts()
         order = np.lexsort((counts.index.to_numpy(dtype=str), -counts.to_numpy()))
         longest = int(values.groupby(level=0).size().max()) if len(values) else 1
-        cap = max_values or MAX_VALUES
-        if kind == "multi" and longest > cap:
+        several = KINDS[kind].max_values > 1
+        cap = max_values or KINDS[kind].max_values
+        if several and longest > cap:
             logging.warning("feature %s: rows of up to %d values keep their first %d", name, longest, cap)
         specs.append(FeatureSpec(name, kind, tuple(counts.index.to_numpy(dtype=str)[order].tolist()),
-                                 max_values=min(longest, cap) if kind == "multi" else 1))
+                                 max_values=min(longest, cap) if several else 1))
     return specs
 
 
@@ -162,7 +197,7 @@ def feature_arrays(table: pd.DataFrame, id_column: str, vocabulary: Vocabulary,
     out = {}
     for spec in specs:
         column = table[spec.name].reset_index(drop=True)
-        if spec.kind == "numeric":
+        if KINDS[spec.kind].numeric:
             array = np.zeros(vocabulary.size, np.float32)
             values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
             standardized = np.nan_to_num((values - spec.mean) / spec.std, nan=0.0)
@@ -170,12 +205,12 @@ def feature_arrays(table: pd.DataFrame, id_column: str, vocabulary: Vocabulary,
         else:
             values = _values(column, spec.kind)
             codes = pd.Categorical(values.to_numpy(), categories=list(spec.vocabulary)).codes.astype(np.int32) + 1
-            if spec.kind == "text":  # unknown tokens take no slot: a row keeps its first max_values known tokens
+            if KINDS[spec.kind].frequent_only:  # unknown tokens take no slot: a row keeps its first max_values known tokens
                 values, codes = values[codes > 0], codes[codes > 0]
             owner = rows[values.index.to_numpy()]
             slot = values.groupby(level=0).cumcount().to_numpy()
             keep = (owner >= 2) & (slot < spec.max_values)
-            if spec.kind == "categorical":
+            if KINDS[spec.kind].max_values == 1:
                 array = np.zeros(vocabulary.size, np.int32)
                 array[owner[keep]] = codes[keep]
             else:

@@ -271,12 +271,7 @@ def _split(settings: Settings, frame: pd.DataFrame, cutoff: Optional[int]) -> sp
                             else None)
     if train.empty:
         return splits.Split(train, train, train if settings.validation else None)
-    if settings.split == "leave_last_n":
-        return splits.leave_last_n_out(train, settings.holdout_n,
-                                       validation_n=settings.holdout_n if settings.validation else 0, policy="keep")
-    if settings.split == "temporal":
-        return splits.temporal_cutoff(train, cutoff, policy="keep", require_both=False)
-    return splits.random_holdout(train, settings.holdout_fraction, seed=settings.seed, policy="keep")
+    return splits.SPLITS[settings.split].hold_out(train, splits.Holdout.of(settings, cutoff=cutoff, partition=True))
 
 
 def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) -> dict:

@@ -295,7 +295,7 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
         raise InputError(f"unknown feature kind(s) {bad}; expected one of {list(features.KINDS)}", path=path,
                          field="kinds")
     wanted = None if columns is None else [id_column, *[c for c in columns if c != id_column]]
-    text = [c for c, k in kinds.items() if k != "numeric"]
+    text = [c for c, k in kinds.items() if not features.KINDS[k].numeric]
     format = _resolve(path, format, ("csv", "tsv", "parquet", "movielens", "auto"))
     if format == "movielens":
         frame = movielens.read_feature_table(path)
@@ -307,10 +307,5 @@ def read_features(path: str | os.PathLike, id_column: str, format: str = "auto",
     frame[id_column] = validate.ids(frame[id_column], path, id_column)
     validate.unique(frame[id_column], path, id_column)
     for column, kind in kinds.items():
-        if kind == "numeric":
-            frame[column] = validate.numeric(frame[column], path, column)
-        elif kind == "text":
-            frame[column] = validate.text(frame[column], features.MAX_TEXT_CHARS, path, column).to_numpy()
-        else:
-            frame[column] = frame[column].astype("str").where(frame[column].notna())
+        frame[column] = features.KINDS[kind].read(frame[column], path, column)
     return frame

@@ -2,7 +2,9 @@
 
 Four ways: explicit files (:func:`from_files`), a global temporal cut-off (:func:`temporal_cutoff`), per-user
 leave-last-N-out by time (:func:`leave_last_n_out`, the YoutubeDNN / SASRec next-item protocol) and a seeded per-user
-random holdout (:func:`random_holdout`). Within a user, "time order" is the ``timestamp`` column with ties kept in
+random holdout (:func:`random_holdout`). :data:`SPLITS` is their registry by ``config.data.split``: what each needs,
+how it holds out rows from the config's parameters (:class:`Holdout`) and the line that describes it; preparation,
+evaluation reports and the config checks all read it. Within a user, "time order" is the ``timestamp`` column with ties kept in
 file order (a stable sort), or file order alone when there is no timestamp. Held-out rows whose user or item never
 occurs in training are dropped (logged and counted in ``Split.dropped``) or rejected, see :func:`align_to_train`:
 a model can neither represent nor recommend them. Every output keeps the input's row order.
@@ -11,8 +13,9 @@ a model can neither represent nor recommend them. Every output keeps the input's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -166,3 +169,73 @@ def from_files(train: str | os.PathLike, test: str | os.PathLike, validation: Op
             frame = readers.read_interactions(path, format, columns)
             parts[name], dropped[name] = align_to_train(frame, train_frame, policy, path=str(path), name=name)
     return Split(train_frame, parts["test"], parts.get("validation"), dropped)
+
+
+@dataclasses.dataclass(frozen=True)
+class Holdout:
+    """A split's parameters, named as the ``config.data`` keys they come from, plus the run's seed, a cut-off time
+    computed over the whole log (temporal) and ``partition``: one partition of the log, whose caller checks totals."""
+
+    holdout_n: int = 1
+    validation: bool = False
+    holdout_fraction: float = 0.2
+    temporal_quantile: float = 0.9
+    seed: int = 0
+    test_path: Optional[str] = ""
+    cutoff: Optional[int] = None
+    partition: bool = False
+
+    @classmethod
+    def of(cls, source: Any, **overrides: Any) -> Holdout:
+        """The fields ``source`` holds (``config.data``, its JSON, or an object with these attributes), then
+        ``overrides``; missing fields keep their defaults."""
+        read = source.get if callable(getattr(source, "get", None)) else functools.partial(getattr, source)
+        values = {field.name: read(field.name, field.default) for field in dataclasses.fields(cls)}
+        return cls(**{**values, **overrides})
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """One value of ``config.data.split``: how it holds out rows (None: a file gives them), the line describing it,
+    the config key it cannot do without (key, what it is) and whether it needs time order (sets have none)."""
+
+    hold_out: Optional[Callable[[pd.DataFrame, Holdout], Split]]
+    describe: Callable[[Holdout], str]
+    needs: tuple[str, str] = ()
+    by_time: bool = False
+
+
+def _describe_last_n(h: Holdout) -> str:
+    what = "leave-last-one-out next-item" if h.holdout_n == 1 else f"leave-last-{h.holdout_n}-out"
+    return f"{what} (each user's last {h.holdout_n} interaction(s) by time are test)"
+
+
+def _describe_temporal(h: Holdout) -> str:
+    where = f"time {h.cutoff}" if h.cutoff is not None else f"the {h.temporal_quantile:.0%} time quantile"
+    return f"temporal cut-off at {where} (later interactions are test)"
+
+
+def _describe_random(h: Holdout) -> str:
+    return f"random per-user holdout ({h.holdout_fraction:.0%} of each user's interactions, seed {h.seed})"
+
+
+def _describe_files(h: Holdout) -> str:
+    return f"explicit test file{' ' + str(h.test_path) if h.test_path else ''}"
+
+
+# The splits, by config.data.split (held-out users and items are kept: the vocabularies and the evaluator align
+# them); order is the one the reference page lists.
+SPLITS: dict[str, Protocol] = {
+    "leave_last_n": Protocol(
+        lambda frame, h: leave_last_n_out(frame, h.holdout_n, validation_n=h.holdout_n if h.validation else 0,
+                                          policy="keep"),
+        _describe_last_n, by_time=True),
+    "temporal": Protocol(
+        lambda frame, h: temporal_cutoff(frame, h.cutoff, 1.0 - h.temporal_quantile, policy="keep",
+                                         require_both=not h.partition),
+        _describe_temporal, needs=("data.timestamp_column", "a timestamp column"), by_time=True),
+    "random": Protocol(lambda frame, h: random_holdout(frame, h.holdout_fraction, seed=h.seed, policy="keep"),
+                       _describe_random),
+    "files": Protocol(None, _describe_files, needs=("data.test_path", "a test file")),
+}
+TIME_SPLITS = tuple(name for name, protocol in SPLITS.items() if protocol.by_time)

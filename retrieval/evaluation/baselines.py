@@ -2,6 +2,9 @@
 
 Each baseline is a *scorer*: a callable mapping user rows [b] to a float32 score matrix [b, V] over vocabulary item
 indices, so exclusion of training items, padding/OOV handling, top-k and metrics are shared with the model.
+:data:`BASELINES` is their registry by name (``eval.baselines``, ``pipelines/evaluate.py --baselines``): how each is
+fitted, whether it needs the whole training matrix and what memory it needs. This module loads TensorFlow only when a
+scorer is made (and SciPy only when EASE^R is fitted), so the config checks and ``--help`` read the registry at once.
 
 - ``most_popular``: score = number of training interactions of the item (the same list for every user).
 - ``random``: i.i.d. uniform scores, seeded (``tf.random.stateless_uniform`` keyed by ``(seed, first row of the
@@ -29,22 +32,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import glob
 import os
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import numpy as np
-import scipy
-import scipy.linalg
-import scipy.linalg.lapack
-import scipy.sparse
-import tensorflow as tf
 
 from retrieval.evaluation import csr as csr_lib
-from retrieval.evaluation.ranking import Scorer
-from retrieval.settings import BASELINES
 
-NAMES = BASELINES
+if TYPE_CHECKING:
+    import scipy.sparse
+
+    from retrieval.evaluation.ranking import Scorer
+
 EASE_LAMBDA = 500.0
 EASE_BLOCK = 4096  # Gram-matrix columns (and rows mirrored) per block: a [V, 4096] float32 temporary
 # Default of eval.baseline_memory_mb: EASE^R up to about 27k items (the Cholesky inverse takes about two minutes on 2
@@ -54,12 +55,16 @@ BASELINE_MEMORY_MB = 4096
 
 def most_popular(popularity: np.ndarray) -> Scorer:
     """Scores every item by its training popularity (counts aligned with vocabulary indices)."""
+    import tensorflow as tf
+
     row = tf.constant(np.asarray(popularity, dtype=np.float32)[None, :])
     return lambda rows: tf.tile(row, [len(rows), 1])
 
 
 def random(n_items: int, seed: int) -> Scorer:
     """Uniform random scores; reproducible for a given seed and block size (stateless, keyed by the first row)."""
+    import tensorflow as tf
+
     return lambda rows: tf.random.stateless_uniform([len(rows), n_items], seed=[seed, int(rows[0]) if len(rows) else 0])
 
 
@@ -134,6 +139,8 @@ class Ease:
 
     def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA,
                  block: int = EASE_BLOCK):
+        import scipy.linalg.lapack
+
         if l2 <= 0:
             raise ValueError(f"EASE's lambda must be positive, got {l2}")
         self.incidence = _sparse(train, n_items)
@@ -163,12 +170,16 @@ class Ease:
 
 def _sparse(train: csr_lib.Csr, n_items: int) -> scipy.sparse.csr_matrix:
     """The binary user x item incidence of ``train`` as a SciPy float32 CSR matrix."""
+    import scipy.sparse
+
     return scipy.sparse.csr_matrix((np.ones(len(train.indices), np.float32), train.indices, train.indptr),
                                    shape=(train.n_rows, n_items))
 
 
 def bundled_openblas() -> Optional[ctypes.CDLL]:
     """SciPy's bundled OpenBLAS with its thread-count functions, or None where SciPy links another BLAS."""
+    import scipy
+
     library = next(iter(glob.glob(os.path.join(os.path.dirname(scipy.__file__), os.pardir, "scipy.libs",
                                                "libscipy_openblas*.so*"))), None)
     openblas = ctypes.CDLL(library) if library else None
@@ -217,12 +228,33 @@ def ease_memory_mb(n_items: int, block: int = EASE_BLOCK) -> float:
     return 4 * (n_items * n_items + 3 * min(block, n_items) * n_items) / (1 << 20)
 
 
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """One baseline: ``make(train, n_items, popularity, seed, ease_lambda)`` fits its scorer; ``whole_matrix``: it is
+    fitted on every user's training items (a user sample cannot fit it); ``memory_mb(n_items)``: the memory it needs
+    beyond the evaluation's own (None: none that grows with the catalogue)."""
+
+    make: Callable[[csr_lib.Csr, int, np.ndarray, int, float], Scorer]
+    whole_matrix: bool = False
+    memory_mb: Optional[Callable[[int], float]] = None
+
+
+# The baselines, by name (eval.baselines, evaluate --baselines); the config's default lists them in this order.
+BASELINES: dict[str, Baseline] = {
+    "most_popular": Baseline(lambda train, n_items, popularity, seed, l2: most_popular(popularity)),
+    "random": Baseline(lambda train, n_items, popularity, seed, l2: random(n_items, seed)),
+    "item_knn": Baseline(lambda train, n_items, popularity, seed, l2: ItemKNN(train, n_items), whole_matrix=True),
+    "ease": Baseline(lambda train, n_items, popularity, seed, l2: Ease(train, n_items, l2), whole_matrix=True,
+                     memory_mb=ease_memory_mb),
+}
+NAMES = tuple(BASELINES)
+
+
 def skip_reason(name: str, n_items: int, memory_budget_mb: float) -> Optional[str]:
     """Why baseline ``name`` does not fit ``memory_budget_mb`` for this catalogue (None: it fits). Only EASE^R's
     memory grows with the square of the catalogue; the other baselines stay within the evaluation's own."""
-    if name != "ease":
-        return None
-    needed = ease_memory_mb(n_items)
+    memory_mb = BASELINES[name].memory_mb if name in BASELINES else None
+    needed = memory_mb(n_items) if memory_mb is not None else 0.0
     if needed <= memory_budget_mb:
         return None
     return (f"{n_items} items need about {needed:.0f} MB for the dense item x item matrix and its inverse, over "
@@ -231,13 +263,7 @@ def skip_reason(name: str, n_items: int, memory_budget_mb: float) -> Optional[st
 
 def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, seed: int = 0,
          ease_lambda: float = EASE_LAMBDA) -> Scorer:
-    """The scorer of baseline ``name`` (one of :data:`NAMES`); see :func:`skip_reason` for the memory it needs."""
-    if name == "most_popular":
-        return most_popular(popularity)
-    if name == "random":
-        return random(n_items, seed)
-    if name == "item_knn":
-        return ItemKNN(train, n_items)
-    if name == "ease":
-        return Ease(train, n_items, ease_lambda)
-    raise ValueError(f"unknown baseline {name!r}; known: {', '.join(NAMES)}")
+    """The scorer of baseline ``name`` (one of :data:`BASELINES`); see :func:`skip_reason` for the memory it needs."""
+    if name not in BASELINES:
+        raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
+    return BASELINES[name].make(train, n_items, popularity, seed, ease_lambda)

@@ -25,7 +25,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval.data.features import FeatureSpec
+from retrieval.data.features import KINDS, FeatureSpec
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.evaluation import bootstrap, ranking
 from retrieval.evaluation import csr as csr_lib
@@ -48,7 +48,7 @@ def content_vectors(arrays: Mapping[str, np.ndarray], specs: Sequence[FeatureSpe
     for spec in specs:
         codes = np.asarray(arrays[spec.name])
         n_rows = len(codes)
-        if spec.kind == "numeric":
+        if KINDS[spec.kind].numeric:
             values = codes.reshape(n_rows, -1).astype(np.float64)
             blocks.append(_normalize_rows(sp.csr_matrix(values)))
             continue

@@ -20,7 +20,7 @@ import pandas as pd
 from absl import logging
 
 from retrieval import artifacts, export
-from retrieval.data import readers, validate
+from retrieval.data import readers, splits, validate
 from retrieval.data.histories import item_ids_recent_first
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
@@ -123,16 +123,11 @@ def protocol_of(run_dir, test_path: Optional[str] = None) -> tuple[str, str]:
     """(split name, one-line description) from the run's ``config.json``, with the data order from its manifest; an
     explicit test file wins."""
     if test_path:
-        return "files", protocols.describe("files", path=test_path) + _order_note(run_dir)
+        return "files", protocols.describe("files", test_path=test_path) + _order_note(run_dir)
     config = read_json_if_present(artifacts.RunPaths(run_dir).config)
     data = config.get("data", {})
-    params = {
-        "leave_last_n": {"n": data.get("holdout_n", 1)},
-        "temporal": {"test_fraction": 1.0 - data.get("temporal_quantile", 0.9)},
-        "random": {"test_fraction": data.get("holdout_fraction", 0.2), "seed": config.get("seed", 0)},
-        "files": {"path": data.get("test_path")},
-    }
     name = data.get("split")
-    if name in params:
-        return name, protocols.describe(name, **params[name]) + _order_note(run_dir)
+    if name in splits.SPLITS:
+        holdout = splits.Holdout.of(data, seed=config.get("seed", 0))
+        return name, splits.SPLITS[name].describe(holdout) + _order_note(run_dir)
     return "unknown", "the run's data/test.parquet (split not recorded in config.json)"

@@ -8,8 +8,8 @@ The protocols (named as ``config.data.split``):
 - ``temporal``: a global cut-off time; interactions at or after it are test (no future leaks into training).
 - ``random``: a seeded per-user random holdout.
 
-The splits are built by :mod:`retrieval.data.splits`; :func:`split` only maps a protocol name to it, with policy
-``keep`` so that test users without training history (cold start) and test items unknown to training reach the
+The splits and their descriptions are the registry :data:`retrieval.data.splits.SPLITS`; :func:`split` only
+looks a protocol name up in it (every split keeps held-out rows, policy ``keep``) so that test users without training history (cold start) and test items unknown to training reach the
 evaluator, which counts and reports them instead of losing them. :func:`prepare` turns train/test DataFrames
 (canonical columns ``user_id``, ``item_id``, optional ``timestamp``) into CSR matrices over an item catalogue
 (vocabulary indices: 0 = padding, 1 = OOV, catalogue items from 2) and the counts every report carries.
@@ -18,7 +18,7 @@ evaluator, which counts and reports them instead of losing them. :func:`prepare`
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,39 +27,26 @@ from retrieval.data import splits
 from retrieval.data.vocab import NUM_RESERVED, OOV, PAD
 from retrieval.evaluation import csr as csr_lib
 
-_SPLITTERS = {
-    "leave_last_n": lambda df, p: splits.leave_last_n_out(df, n=p.get("n", 1), policy="keep"),
-    "temporal": lambda df, p: splits.temporal_cutoff(df, cutoff=p.get("cutoff"),
-                                                     test_fraction=p.get("test_fraction", 0.2), policy="keep"),
-    "random": lambda df, p: splits.random_holdout(df, test_fraction=p.get("test_fraction", 0.2),
-                                                  seed=p.get("seed", 0), policy="keep"),
-}
+
+def _protocol(name: str) -> splits.Protocol:
+    if name not in splits.SPLITS:
+        raise ValueError(f"unknown protocol {name!r}; expected one of {', '.join(splits.SPLITS)}")
+    return splits.SPLITS[name]
 
 
-def describe(name: str, **params) -> str:
-    """One line stating the protocol, to print beside every number."""
-    if name == "leave_last_n":
-        n = params.get("n", 1)
-        what = "leave-last-one-out next-item" if n == 1 else f"leave-last-{n}-out"
-        return f"{what} (each user's last {n} interaction(s) by time are test)"
-    if name == "temporal":
-        at = params.get("cutoff")
-        where = f"time {at}" if at is not None else f"the {1 - params.get('test_fraction', 0.2):.0%} time quantile"
-        return f"temporal cut-off at {where} (later interactions are test)"
-    if name == "random":
-        return (f"random per-user holdout ({params.get('test_fraction', 0.2):.0%} of each user's interactions, "
-                f"seed {params.get('seed', 0)})")
-    if name == "files":
-        return f"explicit test file{' ' + str(params['path']) if params.get('path') else ''}"
-    raise ValueError(f"unknown protocol {name!r}; expected one of files, leave_last_n, temporal, random")
+def describe(name: str, **params: Any) -> str:
+    """One line stating the protocol, to print beside every number (``params``: fields of ``splits.Holdout``)."""
+    return _protocol(name).describe(splits.Holdout(**params))
 
 
-def split(interactions: pd.DataFrame, name: str, **params) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """Splits an interaction log by protocol ``name``; returns (train, test, description)."""
-    if name not in _SPLITTERS:
-        raise ValueError(f"protocol {name!r} cannot split a log; expected one of {', '.join(_SPLITTERS)}")
-    result = _SPLITTERS[name](interactions, params)
-    return result.train, result.test, describe(name, **params)
+def split(interactions: pd.DataFrame, name: str, **params: Any) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """Splits an interaction log by protocol ``name`` (``params``: fields of ``splits.Holdout``); returns (train,
+    test, description)."""
+    protocol, holdout = _protocol(name), splits.Holdout(**params)
+    if protocol.hold_out is None:
+        raise ValueError(f"protocol {name!r} cannot split a log; its test rows come from a file")
+    result = protocol.hold_out(interactions, holdout)
+    return result.train, result.test, protocol.describe(holdout)
 
 
 @dataclasses.dataclass

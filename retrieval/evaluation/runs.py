@@ -33,7 +33,7 @@ DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": base
             "ease_lambda": baselines_lib.EASE_LAMBDA, "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
             "max_users": 0}
 # Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
-WHOLE_MATRIX_BASELINES = ("item_knn", "ease")
+WHOLE_MATRIX_BASELINES = tuple(name for name, baseline in baselines_lib.BASELINES.items() if baseline.whole_matrix)
 
 
 def _settings(run_dir, **given) -> dict:

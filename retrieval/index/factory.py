@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import faiss
 import numpy as np
@@ -103,11 +103,16 @@ def auto_factory(count: int, dimension: int) -> str:
     return f"IVF{ivf_lists(count)},PQ{int(dimension)}x4fsr,RFlat"
 
 
+# Named factories (index.factory), resolved by the catalogue's size and dimension; any other string goes to FAISS.
+NAMED: dict[str, Callable[[int, int], str]] = {"auto": auto_factory}
+
+
 def resolve_factory(factory: str, count: int, dimension: int) -> str:
-    """``auto`` -> the size-based choice; anything else is passed to FAISS as given."""
+    """A named factory (:data:`NAMED`, e.g. ``auto``) -> its size-based choice; anything else is passed to FAISS as
+    given."""
     factory = str(factory).strip()
-    if factory.lower() == "auto":
-        return auto_factory(count, dimension)
+    if factory.lower() in NAMED:
+        return NAMED[factory.lower()](count, dimension)
     if not factory:
         raise InputError("empty index factory string", field="factory")
     return factory

@@ -30,7 +30,7 @@ from retrieval import settings
 from retrieval.data import catalogue, engine, features, prepare, readers, splits
 from retrieval.data.order import ORDERS
 from retrieval.errors import InputError, shown, shown_list
-from retrieval.evaluation import metrics
+from retrieval.evaluation import baselines, metrics
 from retrieval.jobs import gate, identity, locations
 from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
 from retrieval.models import config as model_config
@@ -75,7 +75,7 @@ RULES: dict[str, Rule] = {
     "data.cold_item_fraction": number(0, 1, high_open=True),
     "data.user_features_path": text(),
     "data.user_features": FEATURE_SPEC,
-    "data.split": one_of(prepare.SPLITS),
+    "data.split": one_of(splits.SPLITS),
     "data.holdout_n": integer(1, MAX_HISTORY),
     "data.validation": flag(),
     "data.temporal_quantile": number(0, 1, low_open=True, high_open=True),
@@ -95,7 +95,7 @@ RULES: dict[str, Rule] = {
     # eval, index, gate, publish (configs/base.py)
     "eval.ks": integers(1, MAX_K, nonempty=True),
     "eval.exclude_train": flag(),
-    "eval.baselines": names(settings.BASELINES),
+    "eval.baselines": names(baselines.BASELINES),
     "eval.bootstrap": integer(0, 100_000),  # resamples: 1000 give 95% intervals
     "eval.ease_lambda": number(0, 1e12, low_open=True),
     "eval.max_users": integer(0, COUNT),
@@ -246,7 +246,7 @@ def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
     if c.get("gate.min_lift_over_popular", gate.OFF) <= gate.OFF:
         return
     off = "or turn the check off with gate.min_lift_over_popular=-1"
-    if gate.POPULAR not in c.get("eval.baselines", settings.BASELINES):
+    if gate.POPULAR not in c.get("eval.baselines", baselines.NAMES):
         yield "eval.baselines", f"gate.min_lift_over_popular needs the {gate.POPULAR!r} baseline: add it, {off}"
     if not c.get("gate.compare"):
         yield "gate.compare", f"gate.min_lift_over_popular compares its first metric with most-popular: name one, {off}"
@@ -254,10 +254,9 @@ def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
 
 def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
     split = c.get("data.split")
-    if split == "files" and not c.get("data.test_path"):
-        yield "data.test_path", "split 'files' needs a test file"
-    if split == "temporal" and not c.get("data.timestamp_column"):
-        yield "data.timestamp_column", "split 'temporal' needs a timestamp column"
+    needs = splits.SPLITS[split].needs if split in splits.SPLITS else ()
+    if needs and not c.get(needs[0]):
+        yield needs[0], f"split {split!r} needs {needs[1]}"
     for which in ("item", "user"):
         if c.get(f"data.{which}_features") and not c.get(f"data.{which}_features_path"):
             yield f"data.{which}_features", f"features declared without a table: set data.{which}_features_path"
@@ -380,12 +379,17 @@ def _vector_dimension(c: Mapping[str, Any]) -> Optional[int]:
 
 
 def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
-    """``index.factory`` is a string FAISS can build at the model's dimension (``auto`` always is): checked here,
-    not after the whole training."""
+    """``index.factory`` is a string FAISS can build at the model's dimension (a named one, ``auto``, always is):
+    checked here, not after the whole training."""
     factory, dimension = str(c.get("index.factory", "auto")).strip(), _vector_dimension(c)
-    if factory.lower() == "auto" or not dimension:
+    if factory.lower() == "auto" or not dimension:  # the default, without loading FAISS (index.factory.NAMED)
         return
     import faiss  # about a second, only for an explicit factory
+
+    from retrieval.index.factory import NAMED
+
+    if factory.lower() in NAMED:
+        return
 
     try:
         faiss.index_factory(int(dimension), factory)
@@ -397,10 +401,10 @@ def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
 def check_index(config: Mapping, n_items: int) -> None:
     """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items`` (known
     once the data is prepared: checked then, before training)."""
-    from retrieval.index.factory import codebook_size
+    from retrieval.index.factory import NAMED, codebook_size
 
     factory = str(config["index"]["factory"]).strip()
-    if factory.lower() != "auto" and codebook_size(factory) > n_items:
+    if factory.lower() not in NAMED and codebook_size(factory) > n_items:
         raise InputError(f"{factory!r} trains {codebook_size(factory)} centroids, more than the {n_items} items of the "
                          f"catalogue; use fewer IVF lists, fewer PQ bits, or Flat", field="config.index.factory")
 
@@ -416,8 +420,8 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     if sampled and c.get("model.objective.num_negatives", 1) < 1:
         yield "model.objective.num_negatives", f"{c['model.objective.name']} with sampled negatives needs at least 1"
     if c.get("model.objective.output_table") and not sampled:
-        yield "model.objective.output_table", ("the output table needs sampled negatives (sampled_softmax, or nce, "
-                                               "negative_sampling, sampled_logistic with negatives 'sampled')")
+        yield "model.objective.output_table", ("the output table needs sampled negatives: "
+                                               f"{model_config.sampled_objectives()}")
     if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":
         yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 import ml_collections
 import numpy as np
@@ -22,9 +22,9 @@ from retrieval.sampling.frequency import FrequencyEstimator
 from retrieval.sampling.samplers import CandidateSampler
 
 
-def _check_choice(value: str, choices: tuple, field: str) -> None:
+def _check_choice(value: str, choices: Iterable[str], field: str) -> None:
     if value not in choices:
-        raise InputError(f"{value!r} is not one of {choices}", field=field)
+        raise InputError(f"{value!r} is not one of {tuple(choices)}", field=field)
 
 
 def _sampler(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> CandidateSampler:
@@ -34,24 +34,22 @@ def _sampler(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> Candi
                             distortion=objective.distortion, seed=config.seed)
 
 
-def _samples_negatives(objective: ml_collections.ConfigDict) -> bool:
-    return config_lib.samples_negatives(objective.name, objective.negatives)
-
-
 def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.Layer,
                item_vocab: Vocabulary) -> tf.keras.layers.Layer:
-    """The objective layer named by ``config.objective.name``, scoring ``candidates`` (item tower or output table)."""
+    """The objective layer named by ``config.objective.name``, scoring ``candidates`` (item tower or output table):
+    the one layer of its negatives' source (``config.OBJECTIVES``)."""
     objective = config.objective
-    if objective.name in ("full_softmax", "full_logistic"):
+    source = config_lib.negatives_of(objective.name, objective.negatives)
+    if source == "full":
         return FullCatalogue(candidates, item_vocab.size, config.temperature, loss=objective.name)
-    if _samples_negatives(objective):
+    if source == "sampled":
         if objective.num_negatives < 1:
             raise InputError(f"{objective.name} with sampled negatives needs num_negatives >= 1",
                              field="model.objective.num_negatives")
         return SampledNegatives(candidates, _sampler(config, item_vocab), config.temperature, loss=objective.name)
     # The batch as the negatives: in-batch softmax, or a binary objective with negatives="in_batch".
     _check_choice(objective.log_q, config_lib.LOG_Q_MODES, "model.objective.log_q")
-    log_q = "none" if objective.name == "negative_sampling" else objective.log_q  # NEG has no correction
+    log_q = objective.log_q if config_lib.OBJECTIVES[objective.name].log_q else "none"  # NEG has no correction
     estimator = None
     if log_q == "estimated":
         estimator = FrequencyEstimator(objective.estimator_buckets or item_vocab.size,
@@ -92,10 +90,9 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
     _check_choice(c.objective.name, config_lib.OBJECTIVES, "model.objective.name")
     _check_choice(c.objective.sampler, config_lib.SAMPLERS, "model.objective.sampler")
     _check_choice(c.objective.negatives, config_lib.NEGATIVES, "model.objective.negatives")
-    if c.objective.output_table and not _samples_negatives(c.objective):
+    if c.objective.output_table and not config_lib.samples_negatives(c.objective.name, c.objective.negatives):
         raise InputError("output_table is the YoutubeDNN output layer of an objective with sampled negatives; use "
-                         "'sampled_softmax', or 'nce' / 'negative_sampling' / 'sampled_logistic' with negatives="
-                         "'sampled'", field="model.objective.output_table")
+                         f"{config_lib.sampled_objectives()}", field="model.objective.output_table")
     pooling = c.user_tower.pooling
     if pooling == "self_attention" and set_data:
         logging.warning("model.user_tower.pooling=self_attention reads the order of a sequence, but the data are "

@@ -7,23 +7,69 @@ MovieLens-1M (next-item, leave-last-one-out); see the README's models section fo
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
-OBJECTIVES = ("sampled_softmax", "in_batch", "full_softmax", "nce", "negative_sampling", "sampled_logistic",
-              "full_logistic", "ccl", "bsl")
 NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
 POOLINGS = ("mean", "attention", "self_attention")
-# Objectives whose negatives may come from a candidate sampler (then selected by objective.negatives == "sampled").
-SAMPLED_BINARY = ("nce", "negative_sampling", "sampled_logistic")
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the builder and the config checks know of a training objective (its layer: ``objectives.py``).
+
+    ``sources``: where its negatives may come from: ``"full"`` (every item), ``"sampled"`` (a candidate sampler),
+    ``"in_batch"`` (the batch); with two, ``objective.negatives`` picks. A ``binary`` (logistic) objective adds a
+    learned logit bias; ``corrected``: it subtracts log Q; ``removes_hits``: a negative equal to the positive is
+    dropped; ``log_q``: the in-batch log-Q correction applies (``objective.log_q``).
+    """
+
+    sources: tuple[str, ...]
+    binary: bool = False
+    corrected: bool = True
+    removes_hits: bool = True
+    log_q: bool = True
+
+
+# The objectives, by config.objective.name (the registry: builder, config checks and docs/reference.md read it).
+OBJECTIVES: dict[str, Objective] = {
+    "sampled_softmax": Objective(("sampled",)),
+    "in_batch": Objective(("in_batch",)),
+    "full_softmax": Objective(("full",)),
+    "nce": Objective(NEGATIVES, binary=True, removes_hits=False),
+    "negative_sampling": Objective(NEGATIVES, binary=True, corrected=False, removes_hits=False, log_q=False),
+    "sampled_logistic": Objective(NEGATIVES, binary=True),
+    "full_logistic": Objective(("full",), binary=True),
+    "ccl": Objective(("in_batch",)),
+    "bsl": Objective(("in_batch",)),
+}
+
+
+def negatives_of(name: str, negatives: str) -> str:
+    """Where objective ``name``'s negatives come from with ``objective.negatives``: "full", "sampled" or "in_batch"
+    ("" for an unknown name)."""
+    sources = OBJECTIVES[name].sources if name in OBJECTIVES else ("",)
+    return negatives if negatives in sources else sources[0]
 
 
 def samples_negatives(name: str, negatives: str) -> bool:
-    """Whether objective ``name`` with ``objective.negatives`` draws its negatives from a candidate sampler
-    (``sampled_softmax``, or a binary objective with sampled negatives): those need ``num_negatives >= 1`` and are
-    the ones that may score an output table."""
-    return name == "sampled_softmax" or (name in SAMPLED_BINARY and negatives == "sampled")
+    """Whether objective ``name`` with ``objective.negatives`` draws its negatives from a candidate sampler: those
+    need ``num_negatives >= 1`` and are the ones that may score an output table."""
+    return negatives_of(name, negatives) == "sampled"
+
+
+def sampled_objectives() -> str:
+    """The objectives that can draw sampled negatives, for messages."""
+    return ", ".join(name + (" with negatives 'sampled'" if len(o.sources) > 1 else "")
+                     for name, o in OBJECTIVES.items() if "sampled" in o.sources)
+
+
+def taking(source: str) -> tuple[str, ...]:
+    """The objectives whose negatives may come from ``source`` ("full", "sampled" or "in_batch")."""
+    return tuple(name for name, o in OBJECTIVES.items() if source in o.sources)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -67,7 +113,7 @@ def default_config() -> ml_collections.ConfigDict:
     # With item features only: the share of item ids replaced by the unknown-id row in training, on the candidate
     # side and in histories (item-id dropout, DropoutNet, Volkovs et al. 2017), so the feature path learns to place
     # an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among
-    # 0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, RESULTS.md "Issue 35").
+    # 0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").
     config.item_tower.id_dropout = 0.15
 
     config.user_tower = ml_collections.ConfigDict()

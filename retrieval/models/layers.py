@@ -184,7 +184,7 @@ def sum_over_positions(x: tf.Tensor) -> tf.Tensor:
     Why: XLA on CPU rewrites a sum over more than 32 positions into a reduce-window it does not fuse with the sum's
     producer, so a pooled history lookup writes the gathered, masked ``[B, H, D]`` block out and reads it back.
     Sums over a few positions fuse with the gather and the mask into one loop: the pooled ``[B, D]`` is read straight
-    from the table (``bench_training``'s step: ~12% more examples per CPU second; ``benchmarks/RESULTS.md``). The
+    from the table (``bench_training``'s step: ~12% more examples per CPU second; ``benchmarks/JOURNAL.md``). The
     custom gradient keeps the backward pass one broadcast (each slice's own gradient would pad it to ``[B, H, D]``).
     Uncompiled, one reduction is faster (the slices are copies): ``masked_mean(chunked=...)`` chooses."""
     positions = x.shape[-2]

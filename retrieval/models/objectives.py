@@ -33,14 +33,13 @@ import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed, losses
+from retrieval.models.config import OBJECTIVES, taking
 from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.sampling.frequency import FrequencyEstimator, mixture_log_q, static_log_q
 from retrieval.sampling.samplers import NUM_RESERVED_IDS, CandidateSampler
 
-BINARY = {"nce": (True, False), "negative_sampling": (False, False), "sampled_logistic": (True, True)}
+BINARY = {name: (o.corrected, o.removes_hits) for name, o in OBJECTIVES.items() if o.binary and "full" not in o.sources}
 """Binary objectives with sampled or in-batch negatives: (subtracts log Q, removes accidental hits)."""
-IN_BATCH_ONLY = ("ccl", "bsl")
-"""Losses over the batch's (and mixed) negatives only: SimpleX's cosine contrastive loss, the bilateral softmax."""
 
 
 class OutputTable(tf.keras.layers.Layer):
@@ -97,7 +96,7 @@ class SampledNegatives(tf.keras.layers.Layer):
     def __init__(self, candidates: tf.keras.layers.Layer, sampler: CandidateSampler, temperature: float,
                  loss: str = "sampled_softmax"):
         super().__init__(name=loss)
-        if loss != "sampled_softmax" and loss not in BINARY:
+        if loss not in taking("sampled"):
             raise ValueError(f"unknown sampled loss {loss!r}")
         self.xla_compatible = False
         self.candidates = candidates
@@ -149,7 +148,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
         expected count per global batch).
       estimator: the frequency estimator, updated with the batch's labels once per training step.
       sampler: extra negatives shared by the batch (mixed negative sampling), or None.
-      loss: "in_batch", one of ``BINARY`` or one of ``IN_BATCH_ONLY``.
+      loss: an objective of ``models.config.OBJECTIVES`` whose sources include "in_batch".
       margin: ``ccl``'s margin on the negatives' cosine.
       negative_weight: ``ccl``'s weight of the negatives' mean, ``bsl``'s weight of the negatives' log-partition.
     """
@@ -159,10 +158,10 @@ class InBatchNegatives(tf.keras.layers.Layer):
                  sampler: Optional[CandidateSampler] = None, loss: str = "in_batch", margin: float = 0.9,
                  negative_weight: float = 1.0):
         super().__init__(name="in_batch_softmax" if loss == "in_batch" else f"in_batch_{loss}")
-        if loss != "in_batch" and loss not in BINARY and loss not in IN_BATCH_ONLY:
+        if loss not in taking("in_batch"):
             raise ValueError(f"unknown in-batch loss {loss!r}")
-        if loss == "negative_sampling" and log_q != "none":
-            raise ValueError("negative_sampling has no log-Q correction: pass log_q='none'")
+        if not OBJECTIVES[loss].log_q and log_q != "none":
+            raise ValueError(f"{loss} has no log-Q correction: pass log_q='none'")
         self.xla_compatible = sampler is None
         self.item_tower = item_tower
         self.temperature = float(temperature)
@@ -241,13 +240,13 @@ class FullCatalogue(tf.keras.layers.Layer):
     def __init__(self, item_tower: tf.keras.layers.Layer, vocab_size: int, temperature: float,
                  loss: str = "full_softmax"):
         super().__init__(name=loss)
-        if loss not in ("full_softmax", "full_logistic"):
+        if loss not in taking("full"):
             raise ValueError(f"unknown full-catalogue loss {loss!r}")
         self.xla_compatible = True
         self.item_tower = item_tower
         self.vocab_size = int(vocab_size)
         self.temperature = float(temperature)
-        self.logit_bias = LogitBias(temperature) if loss == "full_logistic" else None
+        self.logit_bias = LogitBias(temperature) if OBJECTIVES[loss].binary else None
 
     def call(self, query: tf.Tensor, labels: tf.Tensor, training: bool = False) -> tf.Tensor:
         items = self.item_tower(tf.range(self.vocab_size))

@@ -61,7 +61,7 @@ def length_buckets(valid: tf.Tensor, buckets: int) -> list[tf.Tensor]:
 
     Why: histories are mostly short (Amazon Beauty: median 4 items, 1% above 41) but a batch's width is its longest
     history's; the encoder then computes mostly padding. Encoding each part at its own width (the encoder cuts
-    it) computed about a third of the positions on Beauty's batches of 256 (``benchmarks/RESULTS.md``, issue 37).
+    it) computed about a third of the positions on Beauty's batches of 256 (``benchmarks/JOURNAL.md``, "Issue 37").
     """
     order = tf.argsort(last_item_span(valid), stable=True)
     size = tf.shape(order)[0]

@@ -1,5 +1,5 @@
-"""benchmarks.record: a benchmark command's rows land in results.json's separate_runs and in RESULTS.md, and
-run_all keeps them when it rewrites results.json."""
+"""benchmarks.record: a benchmark command's rows land in results.json's separate_runs and on the RESULTS.md page
+rewritten from it, and run_all keeps them when it rewrites results.json."""
 
 import json
 
@@ -9,7 +9,7 @@ ROWS = [{"name": "http_8_clients", "items": 1_000_000, "clients": 8, "qps": 1234
          "errors": 0}]
 
 
-def test_record_appends_to_results_json_and_results_md(tmp_path):
+def test_record_appends_to_results_json_and_rewrites_results_md(tmp_path):
     results_md = tmp_path / "RESULTS.md"
     results_md.write_text("# Benchmark results\n")
     (tmp_path / "results.json").write_text(json.dumps({"machine": {}, "smoke": False, "benchmarks": []}))
@@ -24,9 +24,9 @@ def test_record_appends_to_results_json_and_results_md(tmp_path):
     assert entry["command"] == "python -m benchmarks.bench_serving --sizes=1000000"
     assert data["separate_runs"][1]["source"] == "copied"
     text = results_md.read_text()
-    assert text.startswith("# Benchmark results\n")  # appended, never rewritten
-    assert "### serving (`python -m benchmarks.bench_serving --sizes=1000000`, 2026-11-24" in text
-    assert "| http_8_clients | 1,000,000 | 8 | 1,234 | 5 | 9 | 0 |" in text
+    assert text.startswith("# Benchmark results\n") and "## serving" in text and "## index" in text
+    assert "`python -m benchmarks.bench_serving --sizes=1000000`: 2026-11-24T00:00:00+00:00, commit abc" in text
+    assert "| http_8_clients | 8 | 0 | 1,000,000 | 5 | 9 | 1,234 |" in text  # name first, then as results.json sorts
 
 
 def test_run_all_keeps_separate_runs(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from benchmarks import run_all
+from benchmarks import results_page, run_all
 
 
 def test_smoke_run_writes_machine_facts_and_tables(tmp_path):
@@ -48,7 +48,7 @@ def test_a_failing_benchmark_shows_its_error_and_the_others_still_render():
     results = [run_all.run_benchmark(name, True, load=modules.__getitem__) for name in ("bad", "good")]
     assert "disk on fire" in results[0]["error"] and results[0]["rows"] == []
     assert results[1]["error"] is None and results[1]["description"] == "Good one."
-    text = run_all.render({"cpu": "test"}, results, smoke=True)
+    text = results_page.render({"machine": {"cpu": "test"}, "smoke": True, "benchmarks": results})
     bad, good = text.split("## bad")[1].split("## good")
     assert "**Failed:**" in bad and "RuntimeError: disk on fire" in bad
     assert "| x | 1 |" in good
@@ -63,7 +63,7 @@ def test_table_folds_min_max_and_puts_rss_beside_throughput():
     rows = [{"name": "ours", "examples_per_s": 2000, "examples_per_s_min": 1500, "examples_per_s_max": 2500,
              "ratio_vs_ref": 2.0, "peak_rss_mb": 512.25},
             {"name": "ref", "examples_per_s": 1000.0, "ratio_vs_ref": 1.0, "peak_rss_mb": 300, "note": "a|b"}]
-    header, rule, first, second = run_all.markdown_table(rows).splitlines()
+    header, rule, first, second = results_page.markdown_table(rows).splitlines()
     assert header == "| name | examples_per_s (median, min-max) | peak_rss_mb | ratio_vs_ref | note |"
     assert rule == "|---|---|---|---|---|"
     assert first == "| ours | 2,000 (1,500-2,500) | 512 | 2 |  |"

@@ -116,3 +116,12 @@ def test_no_test_interaction_reaches_examples_vocabulary_or_frequencies():
     assert not label_pairs & held and not history_pairs & held
     assert label_pairs | history_pairs == set(map(tuple, _pairs(split.train)))
     assert len(examples["label"]) == len(split.train) - split.train["user_id"].nunique()
+
+
+def test_prepare_reads_the_split_registry():
+    """``splits.SPLITS`` is the one list of splits: preparation's names and time-ordered ones follow it."""
+    from retrieval.data import prepare, splits
+
+    assert prepare.SPLITS == tuple(splits.SPLITS) and prepare.TIME_SPLITS == splits.TIME_SPLITS
+    for name, protocol in splits.SPLITS.items():
+        assert protocol.describe(splits.Holdout()), name

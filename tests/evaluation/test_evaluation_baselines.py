@@ -88,8 +88,9 @@ def test_openblas_threads_are_restored():
 
 def test_ease_memory_estimate_bounds_its_peak():
     """The estimate that the budget compares is an upper bound of what fitting EASE^R takes (measured in a fresh
-    process: the peak RSS of the fit, over the process's peak before it)."""
-    script = ("import numpy as np; from retrieval.evaluation import baselines, csr; from retrieval.memory import "
+    process: the peak RSS of the fit, over the process's peak before it, SciPy already loaded)."""
+    script = ("import numpy as np, scipy.linalg.lapack, scipy.sparse; from retrieval.evaluation import baselines, csr; "
+              "from retrieval.memory import "
               "peak_rss_mb; rng = np.random.default_rng(0); x = csr.from_pairs(rng.integers(0, 500, 20000), "
               "rng.integers(2, 3000, 20000), 500); before = peak_rss_mb(); baselines.Ease(x, 3000); "
               "print(peak_rss_mb() - before)")

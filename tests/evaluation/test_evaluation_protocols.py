@@ -17,7 +17,7 @@ def _log():
 
 
 def test_leave_last_one_out_holds_out_each_users_last_item():
-    train, test, description = protocols.split(_log(), "leave_last_n", n=1)
+    train, test, description = protocols.split(_log(), "leave_last_n", holdout_n=1)
     assert description.startswith("leave-last-one-out next-item")
     assert sorted(map(tuple, test[["user_id", "item_id"]].to_numpy())) == [("u0", "a3"), ("u1", "a1"), ("u2", "new")]
 

@@ -24,7 +24,7 @@ from retrieval.serving.reload import GeneratorHolder
 from retrieval.serving.server import BackgroundServer
 
 root, reloads, warm_up = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-if sys.argv[4:] == ["--keep-freed"]:  # to measure what release_freed saves (benchmarks/RESULTS.md)
+if sys.argv[4:] == ["--keep-freed"]:  # to measure what release_freed saves (benchmarks/JOURNAL.md)
     memory.release_freed = lambda: None
 for name in ("a", "b"):
     build_run_index(write_demo_run(root / name, version=name))
