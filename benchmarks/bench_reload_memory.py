@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -97,10 +98,11 @@ def measure(source: Path, reloads: Sequence[int], interval_s: float = RELOAD_INT
         item = str(_first_item(source))
         port = free_port()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+        log = Path(tmp) / "server.log"  # a file, not a pipe: a full pipe would block the server's logging
         server = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.serve", f"--run_dir={publisher.model_dir}", f"--port={port}",
-             f"--reload_interval_s={interval_s}", "--log_level=warning"], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [sys.executable, "-X", "faulthandler", "-m", "pipelines.serve", f"--run_dir={publisher.model_dir}",
+             f"--port={port}", f"--reload_interval_s={interval_s}", "--log_level=warning"], cwd=ROOT, env=env,
+            stdout=subprocess.DEVNULL, stderr=log.open("w"))
         url = f"http://127.0.0.1:{port}"
         rows = []
         try:
@@ -132,20 +134,28 @@ def measure(source: Path, reloads: Sequence[int], interval_s: float = RELOAD_INT
                     if done == max(reloads):
                         break
                     published.append(publisher.publish())
-                    _wait(lambda n=done + 1: reloaded() >= n, RELOAD_TIMEOUT_S, f"reload {done + 1}", server)
+                    try:
+                        _wait(lambda n=done + 1: reloaded() >= n, RELOAD_TIMEOUT_S, f"reload {done + 1}", server)
+                    except RuntimeError:
+                        print(http.get("/v1/status", timeout=5).json(), file=sys.stderr)
+                        raise
                     ask()
                     shutil.rmtree(published.pop(0))  # the run served before: a publisher keeps a few
                 status = http.get("/v1/status").json()
                 assert status["serving"]["version"] == read_json(published[-1] / "manifest.json")["version"], status
+        except BaseException:
+            if server.poll() is None:
+                server.send_signal(signal.SIGABRT)  # faulthandler writes every thread's stack to the log
+                server.wait(60)
+            print(log.read_text()[-6000:], file=sys.stderr)
+            raise
         finally:
             server.terminate()
             try:
-                _, err = server.communicate(timeout=60)
+                server.wait(60)
             except subprocess.TimeoutExpired:
                 server.kill()
-                _, err = server.communicate()
-            if server.returncode not in (0, -15) and not rows:
-                print(err[-3000:], file=sys.stderr)
+                server.wait()
     base = rows[0]
     for previous, row in zip([None] + rows[:-1], rows, strict=True):
         row["growth MB"] = round(row["rss MB"] - base["rss MB"], 1)
@@ -197,6 +207,7 @@ def main(argv=None) -> int:
     parser.add_argument("--interval_s", type=float, default=RELOAD_INTERVAL_S, help="the server's reload interval")
     parser.add_argument("--smoke", action="store_true", help="the demo run, reloads 0,2,4")
     from benchmarks.record import add_record_flag, record, should_record
+    from benchmarks.run_all import markdown_table
 
     add_record_flag(parser)
     args = parser.parse_args(argv)
@@ -209,6 +220,7 @@ def main(argv=None) -> int:
         else:
             source = trained_run(Path(tmp), args.smoke)
         rows = measure(source, reloads, args.interval_s)
+    print(markdown_table(rows))
     if should_record(args):
         record("bench_reload_memory", rows, "python -m benchmarks.bench_reload_memory " + " ".join(argv or sys.argv[1:]),
                note=f"pipelines.serve, --reload_interval_s={args.interval_s}; each reload a new copy of {source.name}")
