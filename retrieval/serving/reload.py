@@ -18,7 +18,10 @@ after a warm-up). No cache holds an old generator, but a loaded run (its SavedMo
 cycles, which only Python's cyclic collector frees, and its full collections are rare in a server: old runs piled up,
 0.45 MB per reload of a 400-item run, 1-3 MB of real ones. So the poll after a swap, when the requests that still
 held the old run have finished, collects them and hands the freed memory back to the OS (``memory.release_freed``;
-about 0.1-0.3 s of the watcher thread once per reload).
+about 0.1-0.3 s of the watcher thread once per reload). Collecting the old run also destroys its user tower's lookup
+tables, which TensorFlow's loader would otherwise keep for the life of the process (``export.destroy_tables_with``:
+0.45 MB per reload of the bundled two-tower run; ``benchmarks/bench_reload_memory.py`` measures a server over
+reloads of new runs).
 """
 
 from __future__ import annotations

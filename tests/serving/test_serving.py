@@ -4,14 +4,16 @@ a canary."""
 
 import json
 import shutil
+import weakref
 
 import numpy as np
 import pandas as pd
 import pytest
+import tensorflow as tf
 
 from retrieval.artifacts import RunPaths, point_link
 from retrieval.errors import InputError
-from retrieval.export import read_item_embeddings, write_item_embeddings
+from retrieval.export import read_item_embeddings, resource_handles, write_item_embeddings
 from retrieval.index import ItemIndex, build_index
 from retrieval.index.run_index import build_run_index
 from retrieval.serving import CandidateGenerator, UnknownItemError
@@ -181,6 +183,25 @@ def test_holder_swaps_to_the_new_latest_and_keeps_serving_through_a_broken_run(m
     assert first.recommend(user_id="u1", k=3).item_ids.shape == (3,)  # an old object still answers
     with pytest.raises(CanaryError, match="refused: cannot load the run: file broken/user_tower: "):
         GeneratorHolder(root / "broken")  # at startup there is no old run to keep: refused loudly
+
+
+def test_a_swapped_out_run_is_freed_with_its_user_towers_tables(model_dir, tmp_path):
+    """Hot reloads keep no old run: after the poll that follows a swap, the old generator is gone and its user
+    tower's lookup tables destroyed (the server grew by 0.45 MB per reload of the bundled run while they stayed)."""
+    root = tmp_path / "model"
+    for name in ("a", "b"):
+        shutil.copytree(model_dir / "run1", root / name)
+    point_link(root / "latest", "a")
+    holder = GeneratorHolder(root, canary=None)
+    old, tables = weakref.ref(holder.current), resource_handles(holder.current.encoder._loaded)
+    assert tables and all(int(tf.raw_ops.LookupTableSizeV2(table_handle=table)) > 0 for table in tables)
+    point_link(root / "latest", "b")
+    assert holder.poll() and not holder.poll()  # the swap, then the poll that frees what the swap released
+    assert old() is None
+    for table in tables:
+        with pytest.raises(tf.errors.NotFoundError):
+            tf.raw_ops.LookupTableSizeV2(table_handle=table)
+    assert holder.current.recommend(user_id="u1", k=3).item_ids.shape == (3,)
 
 
 def test_canary_reports_what_it_measured_and_refuses_an_unreachable_floor(generator):
