@@ -36,6 +36,8 @@ SET = "none"  # the order of set data: no order
 def is_set(order: Optional[str]) -> bool:
     """Whether a decided order (``OrderDecision.order``, as the manifest records it) means set data."""
     return order == SET
+
+
 SORTED_SHARE = 0.9
 MIN_SEEN = 3
 MIN_LINES = 20

@@ -49,8 +49,8 @@ from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 
 MODES = ("auto", "on", "off")
-SPLITS = ("leave_last_n", "temporal", "random", "files")
-TIME_SPLITS = ("leave_last_n", "temporal")
+SPLITS = tuple(splits.SPLITS)  # the registry's names, in its order
+TIME_SPLITS = splits.TIME_SPLITS
 PARTS = ("train", "test", "validation")
 TUNING_PARTS = ("tuning_train", "tuning_validation")  # the automatic holdout: training data minus a validation part
 NEXT_ITEM, SET, NO_EXAMPLES = "next_item", "set", "no_examples"  # what training reads; Item2Vec reads the table

@@ -20,6 +20,7 @@ import pandas as pd
 from absl import logging
 
 from retrieval import artifacts, export
+from retrieval.data import order as order_lib
 from retrieval.data import readers, splits, validate
 from retrieval.data.histories import item_ids_recent_first
 from retrieval.data.vocab import NUM_RESERVED
@@ -112,7 +113,7 @@ def load_run_model(run_dir) -> RunModel:
 def _order_note(run_dir) -> str:
     """How each user's training interactions were ordered (the manifest's ``data_order``), for the protocol line."""
     order = (read_json_if_present(artifacts.RunPaths(run_dir).manifest).get("data_order") or {}).get("order")
-    if order == "none":
+    if order_lib.is_set(order):
         return "; order: none (sets: every training pair a target, histories random subsets of the other items)"
     if order == "time":
         return "; order: time (next-item examples)"
