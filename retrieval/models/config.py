@@ -115,6 +115,9 @@ def default_config() -> ml_collections.ConfigDict:
     # an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among
     # 0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").
     config.item_tower.id_dropout = 0.15
+    # With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the
+    # objective again with every candidate embedded as if it had no training interactions (TwoTowerModel).
+    config.item_tower.cold_view_weight = 0.0
 
     config.user_tower = ml_collections.ConfigDict()
     # Embed the watched items with the item tower's id table (True) or with a separate table (False). With
