@@ -207,7 +207,7 @@ def main(argv=None) -> int:
     parser.add_argument("--interval_s", type=float, default=RELOAD_INTERVAL_S, help="the server's reload interval")
     parser.add_argument("--smoke", action="store_true", help="the demo run, reloads 0,2,4")
     from benchmarks.record import add_record_flag, record, should_record
-    from benchmarks.run_all import markdown_table
+    from benchmarks.results_page import markdown_table
 
     add_record_flag(parser)
     args = parser.parse_args(argv)
