@@ -10,7 +10,8 @@ Series (all prefixed ``retrieval_``):
   the protocol answers before the app sees a request).
 * ``reloads_total{outcome}``: attempts to serve a newly published run, ``swapped`` or ``refused`` (load or canary
   failure; the old run keeps serving).
-* ``model_info{version, run_id, run}``: 1 for the run being served (0 for runs served before it).
+* ``model_info{version, run_id, run}``: 1 for the run being served (in multiprocess mode, 0 for runs served before
+  it: a series cannot leave the shared files).
 
 One server process keeps its series in memory. Several worker processes (``retrieval.serving.workers``) share a
 directory named by ``PROMETHEUS_MULTIPROC_DIR`` (set before ``prometheus_client`` is imported; the supervisor does
@@ -84,7 +85,10 @@ class ServerMetrics:
         if labels == self._model_labels:
             return
         if self._model_labels is not None:
-            self.model.labels(*self._model_labels).set(0)  # a removed series would linger in multiprocess files
+            if multiprocess_dir() is None:
+                self.model.remove(*self._model_labels)  # one series however many runs a server has served
+            else:
+                self.model.labels(*self._model_labels).set(0)  # a removed series would linger in the shared files
         self.model.labels(*labels).set(1)
         self._model_labels = labels
 
