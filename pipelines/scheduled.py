@@ -113,12 +113,21 @@ class _Forwarder:
             signal.signal(sig, handler)
 
 
+def _start_job_process() -> None:
+    """Runs in the job's process before it starts: the signals the wrapper forwards act on the job (a wrapper
+    started in the background by a script inherits SIGINT ignored, and so would the job: it would outlive the grace
+    period and be killed), and the job dies with the wrapper."""
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+    processes.die_with_parent()
+
+
 def run_job(module: str, args: Sequence[str]) -> tuple[int, str, str, dict]:
     """Runs ``python -m module args`` in its own process group: (exit code, its run directory or "", its last line
     on stderr, what its output said: ``latest_kept``, ``output_lost``, ``signal``)."""
     process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, bufsize=1, errors="replace", start_new_session=True,
-                               preexec_fn=processes.die_with_parent)
+                               preexec_fn=_start_job_process)
     forwarder = _Forwarder(process)
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     found: dict = {}

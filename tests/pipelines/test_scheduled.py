@@ -225,21 +225,26 @@ def _wait_for(predicate, timeout_s: float = DEADLINE_S) -> bool:
     return False
 
 
-def _start_hanging(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path, Path]:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what `wrapper &` in a script gives the wrapper
+
+
+def _start_hanging(tmp_path: Path, *args: str, sigint_ignored: bool = False) -> tuple[subprocess.Popen, Path, Path]:
     (tmp_path / "fake_job.py").write_text(HANGING_JOB)
     pids, alert_file = tmp_path / "pids.txt", tmp_path / "alert.txt"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PIDS_FILE": str(pids),
            "ALERT_FILE": str(alert_file)}
     wrapper = subprocess.Popen([sys.executable, "-m", "pipelines.scheduled", "--job_module=fake_job",
                                 f"--alert_command={ALERT}", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, preexec_fn=_ignore_sigint if sigint_ignored else None)
     assert _wait_for(lambda: pids.exists() and pids.read_text().strip()), "the job never started"
     return wrapper, pids, alert_file
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_wrapper_stops_the_job_and_its_children_and_alerts(tmp_path, sig):
-    wrapper, pids, alert_file = _start_hanging(tmp_path)
+@pytest.mark.parametrize("sig,sigint_ignored", [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)])
+def test_a_signal_to_the_wrapper_stops_the_job_and_its_children_and_alerts(tmp_path, sig, sigint_ignored):
+    """Also when the wrapper started with SIGINT ignored (in the background of a script): the job still acts on it."""
+    wrapper, pids, alert_file = _start_hanging(tmp_path, sigint_ignored=sigint_ignored)
     try:
         wrapper.send_signal(sig)
         assert wrapper.wait(timeout=DEADLINE_S) == 128 + sig
