@@ -164,11 +164,12 @@ class ItemIdRows(tf.keras.layers.Layer):
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         rows = tf.gather(self.rows, indices)
         if self.features_only:
-            return tf.where(rows < MASK_BELOW, rows, tf.fill(tf.shape(rows), OOV_ROW))
-        if training and self._mask is not None:
-            kept = self._mask(tf.ones_like(rows, tf.float32), training=True) > 0
-            rows = tf.where(kept | (rows < MASK_BELOW), rows, tf.fill(tf.shape(rows), OOV_ROW))
-        return rows
+            dropped = tf.ones_like(rows, tf.bool)
+        elif training and self._mask is not None:
+            dropped = self._mask(tf.ones_like(rows, tf.float32), training=True) == 0
+        else:
+            return rows
+        return tf.where(dropped & (rows >= MASK_BELOW), tf.fill(tf.shape(rows), OOV_ROW), rows)
 
 
 def masked_mean(embeddings: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:
