@@ -124,6 +124,7 @@ RULES: dict[str, Rule] = {
     "model.item_tower.hidden_units": integers(1, 4 * MAX_DIM),
     "model.item_tower.id_dropout": number(0, 1, high_open=True),
     "model.item_tower.cold_view_weight": number(0, 100),
+    "model.item_tower.cold_view": one_of(model_config.COLD_VIEWS),
     "model.user_tower.share_item_embeddings": flag(),
     "model.user_tower.history_embedding_dim": DIM,
     "model.user_tower.pooling": one_of(model_config.POOLINGS),

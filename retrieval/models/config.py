@@ -15,6 +15,7 @@ NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
 POOLINGS = ("mean", "attention", "self_attention")
+COLD_VIEWS = ("labels", "distill")  # the cold view's term (two_tower.TwoTowerModel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +119,10 @@ def default_config() -> ml_collections.ConfigDict:
     # With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the
     # objective again with every candidate embedded as if it had no training interactions (TwoTowerModel).
     config.item_tower.cold_view_weight = 0.0
+    # The cold view's term: "labels" (the objective with the features-only candidates) or "distill" (the
+    # features-only vectors learn the full vectors' in-batch ranking, only the feature path moving: ALDI's
+    # distillation, Huang et al. 2023).
+    config.item_tower.cold_view = "labels"
 
     config.user_tower = ml_collections.ConfigDict()
     # Embed the watched items with the item tower's id table (True) or with a separate table (False). With

@@ -140,3 +140,43 @@ def test_the_cold_view_needs_item_features(vocab):
     config.item_tower.cold_view_weight = 1.0
     model = build_model(config, vocab, Vocabulary.from_ids(["u0"]), None)  # without features: no view (as id dropout)
     assert model.cold_view_weight == 0.0
+
+
+def test_the_distilled_cold_view_moves_only_the_feature_path_toward_the_full_ranking(vocab, item_features):
+    config = default_config()
+    assert config.item_tower.cold_view == "labels"
+    config.update({"embedding_dim": 6, "temperature": 0.5})
+    config.item_tower.update({"id_embedding_dim": 6, "feature_embedding_dim": 3, "id_dropout": 0.0,
+                              "cold_view_weight": 2.0, "cold_view": "distill"})
+    config.user_tower.update({"hidden_units": (8,), "use_example_age": False, "share_item_embeddings": False})
+    config.objective.update({"name": "in_batch", "log_q": "none"})
+    model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
+    labels = tf.constant([2, 3, 4, 2 + WARM], tf.int32)
+    batch = {"user": tf.constant([2, 3, 2, 3]), "history": tf.constant([[5, 6, 0], [7, 0, 0], [8, 9, 3], [4, 0, 0]]),
+             "label": labels}
+    queries = model(batch, training=True).numpy()
+    tower = model.item_tower
+    full = tower(labels).numpy()
+    features_only = tower.encode(tf.ones_like(labels), tower.features(labels)).numpy()
+
+    def log_softmax(x):
+        x = x - x.max(axis=1, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+    teacher, student = log_softmax(queries @ full.T / 0.5), log_softmax(queries @ features_only.T / 0.5)
+    kl = (np.exp(teacher) * (teacher - student)).sum(axis=1)
+    expected = (in_batch_softmax_reference(queries, full, 0.5) + 2.0 * kl).mean()
+    np.testing.assert_allclose(model.compute_loss(batch, training=True).numpy(), expected, rtol=1e-5)
+    # The term's gradient reaches the item tower's feature path only: its feature tables, its MLP and the unknown-id
+    # row that every features-only vector reads; not the user tower's own weights, not the ids' own rows.
+    with tf.GradientTape() as tape:
+        term = tf.reduce_mean(model._cold_view_loss(model(batch, training=True), labels))
+    gradients = tape.gradient(term, model.trainable_variables)
+    moved = {v.ref() for v, g in zip(model.trainable_variables, gradients, strict=True)
+             if g is not None and np.abs(tf.convert_to_tensor(g).numpy()).sum() > 0}
+    item_side = {v.ref() for v in tower.trainable_variables}
+    assert moved <= item_side and {v.ref() for v in tower.features.trainable_variables} <= moved
+    assert {v.ref() for v in tower.mlp.trainable_variables} <= moved
+    id_table = tower.id_embedding.trainable_variables[0]
+    id_gradient = tf.convert_to_tensor(gradients[[v.ref() for v in model.trainable_variables].index(id_table.ref())])
+    assert set(np.flatnonzero(np.abs(id_gradient.numpy()).sum(axis=1))) == {1}  # the unknown-id row only
