@@ -34,7 +34,7 @@ test-fast: setup
 	$(PYTEST) -m "not slow"
 
 lint: setup
-	$(PY) -m ruff check retrieval pipelines configs tests benchmarks deploy
+	$(PY) -m ruff check retrieval pipelines configs tests benchmarks deploy tools
 
 bench: setup
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench]"

@@ -6,8 +6,8 @@ like any other run; `POST /v1/similar` serves item-to-item neighbours.
 
     python -m pipelines.train --config=configs/item2vec.py
 
-Keys: data/eval/index/gate/publish are documented in configs/base.py, config.item2vec in
-retrieval/models/item2vec.py (default_item2vec_config); the values set here are explained beside them.
+Every key is declared (default, rule, meaning) beside its reader, config.item2vec in retrieval/models/item2vec.py
+(ITEM2VEC), and listed in docs/reference.md; the values set here are explained beside them.
 """
 
 import ml_collections
@@ -18,7 +18,6 @@ from retrieval.models.item2vec import default_item2vec_config
 
 def get_config():
     config = base_config("item2vec")
-    # Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".
     config.model_type = "item2vec"
     config.item2vec = default_item2vec_config()
     config.item2vec.seed = config.get_ref("seed")  # a reference: --config.seed reseeds training too

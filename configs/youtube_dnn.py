@@ -6,8 +6,9 @@ log expected count, accidental hits removed.
 
     python -m pipelines.train --config=configs/youtube_dnn.py
 
-Keys: data/eval/index/gate/publish are documented in configs/base.py, config.model in retrieval/models/config.py,
-config.train in retrieval/training.py (default_train_config); the values set here are explained beside them.
+Every key is declared (default, rule, meaning) beside its reader, config.model in retrieval/models/config.py (MODEL),
+config.train in retrieval/settings.py (TRAIN), and listed in docs/reference.md; the values set here are explained
+beside them.
 """
 
 from configs.base import two_tower_config

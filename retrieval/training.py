@@ -38,14 +38,7 @@ from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad
 from retrieval.resumable_stopping import ResumableEarlyStopping
-from retrieval.settings import (  # noqa: F401
-    JIT_COMPILE,
-    OPTIMIZERS,
-    SCHEDULES,
-    SPARSE_UPDATES,
-    SPARSE_UPDATES_MIN_ROWS,
-    default_train_config,
-)
+from retrieval.settings import SPARSE_UPDATES_MIN_ROWS, TRAIN, default_train_config  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -214,8 +207,6 @@ class CheckpointEvery(_StepCallback):
 def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
     """The learning rate or schedule: linear warmup to ``learning_rate``, then constant or cosine decay
     (Loshchilov & Hutter 2017, SGDR eq. 5 without restarts)."""
-    if config.schedule not in SCHEDULES:
-        raise InputError(f"{config.schedule!r} is not one of {SCHEDULES}", field="train.schedule")
     warmup = max(int(config.warmup_steps), 0)
     if config.schedule == "constant" and warmup == 0:
         return float(config.learning_rate)
@@ -236,8 +227,6 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
     """Adam, Adagrad or row-wise Adagrad with the schedule and the decoupled weight decay of ``config``; with
     ``sparse``, their lazy versions (``retrieval.optimizers``: embedding tables update only the looked-up rows;
     ``use_sparse_updates``)."""
-    if config.optimizer not in OPTIMIZERS:
-        raise InputError(f"{config.optimizer!r} is not one of {OPTIMIZERS}", field="train.optimizer")
     kinds = {"adam": (tf.keras.optimizers.Adam, LazyAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad),
              "rowwise_adagrad": (RowwiseAdagrad, LazyRowwiseAdagrad)}
     optimizer = kinds[config.optimizer][int(sparse)](learning_rate(config, total_steps),
@@ -256,9 +245,7 @@ def largest_table_rows(model: tf.keras.Model) -> int:
 def use_sparse_updates(config: ml_collections.ConfigDict, model: tf.keras.Model) -> bool:
     """Resolves ``config.sparse_updates`` for ``model``: "auto" is on from ``SPARSE_UPDATES_MIN_ROWS`` rows in the
     largest embedding table (below, dense Adam's step is cheap and the measured quality is the reference)."""
-    choice = config.get("sparse_updates", "auto")
-    if choice not in SPARSE_UPDATES:
-        raise InputError(f"{choice!r} is not one of {SPARSE_UPDATES}", field="train.sparse_updates")
+    choice = config.sparse_updates
     if choice != "auto":
         return choice == "on"
     return largest_table_rows(model) >= SPARSE_UPDATES_MIN_ROWS
@@ -269,8 +256,6 @@ def use_jit_compile(config: ml_collections.ConfigDict, model: TwoTowerModel) -> 
     have no XLA kernel, and cross-replica gathers are left to the distribution strategy, so "auto" is off there;
     "on" with a sampling objective fails at the first step with XLA's error. Parameter-server steps are never
     compiled (remote variables)."""
-    if config.jit_compile not in JIT_COMPILE:
-        raise InputError(f"{config.jit_compile!r} is not one of {JIT_COMPILE}", field="train.jit_compile")
     strategy = model.distribute_strategy
     if parameter_server.uses_coordinator(strategy):
         if config.jit_compile == "on":
@@ -290,7 +275,7 @@ def steps_per_execution(config: ml_collections.ConfigDict, strategy: tf.distribu
     last Keras epoch stops mid-way, at a step an execution of several would overrun)."""
     if parameter_server.uses_coordinator(strategy) or step % steps_per_epoch:
         return 1
-    return math.gcd(int(config.get("steps_per_execution", 1)), int(config.checkpoint_every_steps),
+    return math.gcd(int(config.steps_per_execution), int(config.checkpoint_every_steps),
                     int(config.log_every_steps))
 
 
@@ -332,6 +317,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
     """
+    TRAIN.check(config)  # the pipelines validated it already; a direct call gets the same rules
     examples = examples_lib.as_source(examples)
     num_examples = len(examples)
     if num_examples == 0:
@@ -370,7 +356,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         callbacks = [StopAtStep(total_steps)]
         if parameter_server.uses_coordinator(strategy):
             dataset = parameter_server.per_worker_dataset(stream, strategy)
-            timeout_s = config.get("ps_timeout_s", parameter_server.DEFAULT_TIMEOUT_S)
+            timeout_s = config.ps_timeout_s
             callbacks.insert(0, parameter_server.Synchronize(strategy, timeout_s))
         else:
             dataset = stream()

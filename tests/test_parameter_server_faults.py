@@ -111,7 +111,7 @@ config = default_config()
 config.embedding_dim, config.item_tower.id_embedding_dim, config.user_tower.hidden_units = 8, 8, ()
 config.user_tower.use_example_age = False
 train = training.default_train_config()
-train.batch_size, train.epochs, train.schedule, train.warmup_steps = 32, 100_000, "constant", 0
+train.batch_size, train.epochs, train.schedule, train.warmup_steps = 32, 10_000, "constant", 0
 train.checkpoint_every_steps, train.log_every_steps, train.ps_timeout_s = 8, 8, timeout_s
 with strategy.scope():
     model = build_model(config, items, users)

@@ -161,8 +161,8 @@ def test_sparse_updates_resolution():
     assert isinstance(training.make_optimizer(config, 10, sparse=True), LazyRowwiseAdagrad)
     assert type(training.make_optimizer(config, 10, sparse=False)) is RowwiseAdagrad
     config.sparse_updates = "sometimes"
-    with pytest.raises(InputError, match="sparse_updates"):
-        training.use_sparse_updates(config, small)
+    with pytest.raises(InputError, match="train.sparse_updates"):  # what training.fit checks first
+        training.TRAIN.check(config)
 
 
 # Run in a fresh process: prints the trained table (JSON) after applying the test's gradients under a strategy.

@@ -12,6 +12,7 @@ from retrieval import training
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import build_model, default_config, layers
+from retrieval.settings import TRAIN
 
 N, BATCH = 96, 16  # 6 steps per epoch
 
@@ -60,10 +61,9 @@ def test_schedule_warms_up_then_follows_the_cosine():
     assert constant == 0.3
     warm = training.learning_rate(train_config(schedule="constant", warmup_steps=4, learning_rate=0.3), 100)
     assert [float(warm(s)) for s in (2, 4, 50, 100)] == pytest.approx([0.15, 0.3, 0.3, 0.3], rel=1e-6)
-    with pytest.raises(InputError):
-        training.learning_rate(train_config(schedule="step"), 100)
-    with pytest.raises(InputError):
-        training.make_optimizer(train_config(optimizer="sgd"), 100)
+    for bad, key in ((train_config(schedule="step"), "train.schedule"), (train_config(optimizer="sgd"), "train.optimizer")):
+        with pytest.raises(InputError, match=key):  # what training.fit checks first, as the pipelines do
+            TRAIN.check(bad)
 
 
 def test_learning_rate_at_is_the_schedule_at_that_step():
@@ -183,7 +183,7 @@ def test_jit_compile_auto_is_on_exactly_for_sampler_free_objectives_on_one_repli
     assert not training.use_jit_compile(train_config(), build_model(mixed, items, users))
     assert training.use_jit_compile(train_config(jit_compile="on"), build_model(mixed, items, users))
     with pytest.raises(InputError, match="train.jit_compile"):
-        training.use_jit_compile(train_config(jit_compile="yes"), in_batch)
+        TRAIN.check(train_config(jit_compile="yes"))
 
 
 @pytest.mark.parametrize("objective, log_q", [("in_batch", "estimated"), ("full_softmax", "none")])

@@ -113,12 +113,12 @@ class Settings:
             num_shards = int(d.num_shards) if streamed(d) else 1
         model = config.get("model")
         columns = readers.ColumnNames(user=d.user_column, item=d.item_column, timestamp=d.timestamp_column or None)
-        examples = NO_EXAMPLES if config.get("model_type", "two_tower") == "item2vec" else NEXT_ITEM
+        examples = NO_EXAMPLES if config.model_type == "item2vec" else NEXT_ITEM
         return cls(tuple(sources), d.format, columns, str(run_dir), int(num_shards), d.split, int(d.holdout_n),
                    bool(d.validation), float(d.holdout_fraction), float(d.temporal_quantile), d.unknown_policy,
                    int(d.min_item_count), int(config.seed), int(model.max_history) if model else 50,
                    bool(model and model.get("user_tower") and model.user_tower.use_example_age),
-                   d.get("max_examples_per_user", 0) or None, examples,
+                   d.max_examples_per_user or None, examples,
                    tuning_fraction(config) if examples != NO_EXAMPLES else 0.0,
                    item_features_path=str(d.item_features_path), item_features=str(d.item_features),
                    catalogue_from_table=bool(d.item_features_path) and d.catalogue == "item_features"
@@ -182,9 +182,9 @@ def tuning_fraction(config: ml_collections.ConfigDict) -> float:
     """``train.validation_fraction`` when the run holds out validation data itself: early stopping is on
     (``train.early_stopping_patience`` > 0) and the config gives no validation data; else 0."""
     t = config.get("train")
-    if t is None or t.get("early_stopping_patience", 0) <= 0 or has_validation_data(config.data):
+    if t is None or t.early_stopping_patience <= 0 or has_validation_data(config.data):
         return 0.0
-    return float(t.get("validation_fraction", 0.0))
+    return float(t.validation_fraction)
 
 
 def examples_dir(paths: artifacts.RunPaths, tuning: bool = False) -> Path:

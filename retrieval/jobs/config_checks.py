@@ -1,16 +1,16 @@
 """One validation pass over a training run's configuration, run id and output directory, before any work.
 
-Every key of the configuration must have a rule in :data:`RULES` (type, range, choices; ``retrieval.jobs.rules``);
-a key without one is an error, so a key added to a config file cannot skip validation (``tests/test_validation.py``
-walks every key of every shipped config). Choices reuse the constants of the modules that read the keys. Cross-key
-checks follow (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
+Every key of the configuration must be declared, with its rule, by its section (:data:`RULES` gathers them from
+``retrieval.jobs.sections.SECTIONS``; type, range, choices: ``retrieval.config_keys``); an undeclared key is an
+error, so a key added to a config file cannot skip validation (``tests/test_validation.py`` walks every key of every
+shipped config). This module holds only what no single key can say: the cross-key checks (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
 table, objective combinations, Item2Vec's batch / group divisibility, input files that must exist, gate metrics
 that the evaluation will actually report, the most-popular baseline that the gate's lift check needs, the named
 columns in the input files' headers, and settings whose memory alone exceeds the machine's. Every problem found is
 reported, one line, through ``InputError``. Nothing here imports TensorFlow (the choices come from
 ``retrieval.settings``), so a mistake answers in about a second.
 
-Adding a key: add one line to :data:`RULES`.
+Adding a key: declare it in its section (its default, rule and meaning, one :class:`~retrieval.config_keys.Key`).
 """
 
 from __future__ import annotations
@@ -27,176 +27,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrieval import settings
-from retrieval.data import catalogue, engine, features, prepare, readers, splits
-from retrieval.data.order import ORDERS
+from retrieval.config_keys import Rule
+from retrieval.data import readers, splits
 from retrieval.errors import InputError, shown, shown_list
 from retrieval.evaluation import baselines, metrics
-from retrieval.jobs import gate, identity, locations
-from retrieval.jobs.rules import Rule, flag, integer, integers, names, number, one_of, text
+from retrieval.jobs import gate, identity, locations, sections
 from retrieval.models import config as model_config
-from retrieval.models.item2vec import VECTORS
 
-# Upper bounds (every number has one): generous for real work, far below what aborts or runs for days. The memory
-# a whole configuration needs at least is cross-checked against the machine (_memory).
-COUNT = 2**31 - 1  # counts with no cost of their own (steps between logs, a cap on examples): int32, as TF stores them
-SEED = integer(0, COUNT)
-MAX_DIM = 4096  # embedding and layer widths: a 4096-d table of 1M items is 16 GB (48 GB with Adam's two slots)
-DIM = integer(1, MAX_DIM)
-MAX_EPOCHS = 10_000
-MAX_BATCH = 1 << 20  # examples per step; the per-step memory is cross-checked too (_memory)
-MAX_HISTORY = 10_000  # history items a user tower pools per example
-MAX_K = 100_000  # ranking cut-offs: every evaluated user's top-k is held in memory
-MAX_CHECKPOINTS = 1000
-MAX_WORKERS = 1024  # processes / threads; on this machine at most 4 per core (_machine), beyond that they contend
-EPOCHS = integer(1, MAX_EPOCHS)
-BATCH = integer(1, MAX_BATCH)
-STEPS = integer(1, COUNT)
-_KIND = "|".join(features.KINDS)
-FEATURE_SPEC = text(pattern=rf"(\s*[^\s:,]+:({_KIND})\s*)(,\s*[^\s:,]+:({_KIND})\s*)*|",
-                    pattern_doc=f"empty or 'name:kind' comma separated, kind among {', '.join(features.KINDS)}")
-FLOORS_SPEC = text(pattern=r"(\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)(,\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)*|",
-                   pattern_doc="empty or 'metric=floor' comma separated, e.g. 'recall@20=0.05,ndcg@20=0.02'")
-
-RULES: dict[str, Rule] = {
-    "name": text(pattern=locations.NAME_PATTERN.pattern, pattern_doc=locations.NAME_RULE),
-    "seed": SEED,
-    "model_type": one_of(settings.MODEL_TYPES),
-    # data (configs/base.py)
-    "data.train_path": text(nonempty=True),
-    "data.test_path": text(),
-    "data.validation_path": text(),
-    "data.format": one_of(readers.FORMATS),
-    "data.user_column": text(nonempty=True),
-    "data.item_column": text(nonempty=True),
-    "data.timestamp_column": text(),
-    "data.item_features_path": text(),
-    "data.item_features": FEATURE_SPEC,
-    "data.catalogue": one_of(catalogue.MODES),
-    "data.cold_item_fraction": number(0, 1, high_open=True),
-    "data.user_features_path": text(),
-    "data.user_features": FEATURE_SPEC,
-    "data.split": one_of(splits.SPLITS),
-    "data.holdout_n": integer(1, MAX_HISTORY),
-    "data.validation": flag(),
-    "data.temporal_quantile": number(0, 1, low_open=True, high_open=True),
-    "data.holdout_fraction": number(0, 1, low_open=True, high_open=True),
-    "data.unknown_policy": one_of(splits.POLICIES),
-    "data.min_item_count": integer(1, COUNT),
-    "data.max_examples_per_user": integer(0, COUNT),
-    "data.order": one_of(ORDERS),
-    "data.streaming": one_of(prepare.MODES),
-    "data.streaming_min_mb": number(0, 1e9),
-    "data.num_shards": integer(1, 65_536),  # one file each
-    "data.shuffle_buffer": integer(1, 1 << 26),  # examples held in memory (_memory)
-    "data.engine": one_of(engine.ENGINES),
-    "data.engine_address": text(),
-    "data.engine_workers": integer(1, MAX_WORKERS),
-    "data.engine_timeout_s": number(0, 3600, low_open=True),
-    # eval, index, gate, publish (configs/base.py)
-    "eval.ks": integers(1, MAX_K, nonempty=True),
-    "eval.exclude_train": flag(),
-    "eval.baselines": names(baselines.BASELINES),
-    "eval.bootstrap": integer(0, 100_000),  # resamples: 1000 give 95% intervals
-    "eval.ease_lambda": number(0, 1e12, low_open=True),
-    "eval.max_users": integer(0, COUNT),
-    "eval.baseline_memory_mb": number(1, 1 << 30),
-    "index.factory": text(nonempty=True),
-    "index.recall_floor": number(0, 1),
-    "index.recall_k": integer(1, MAX_K),
-    "gate.floors": FLOORS_SPEC,
-    "gate.compare": names(),
-    "gate.max_regression": number(0, 1),
-    "gate.min_lift_over_popular": number(gate.OFF, 1e6),
-    "publish.keep_last": integer(0, COUNT),
-    "publish.warm_start": flag(),
-    "publish.lineage": text(pattern=f"(?:{locations.NAME_PATTERN.pattern})?",
-                            pattern_doc=f"empty or {locations.NAME_RULE}"),
-    # model (retrieval/models/config.py; configs/item2vec.py keeps max_history only)
-    "model.embedding_dim": DIM,
-    "model.temperature": number(0, 1e3, low_open=True),
-    "model.l2_normalize": flag(),
-    "model.max_history": integer(1, MAX_HISTORY),
-    "model.inference_history": integer(0, 10 * MAX_HISTORY),
-    "model.inference_part_size": integer(0, MAX_HISTORY),
-    "model.seed": SEED,
-    "model.item_tower.id_embedding_dim": DIM,
-    "model.item_tower.feature_embedding_dim": DIM,
-    "model.item_tower.hidden_units": integers(1, 4 * MAX_DIM),
-    "model.item_tower.id_dropout": number(0, 1, high_open=True),
-    "model.item_tower.cold_view_weight": number(0, 100),
-    "model.item_tower.cold_view": one_of(model_config.COLD_VIEWS),
-    "model.user_tower.share_item_embeddings": flag(),
-    "model.user_tower.history_embedding_dim": DIM,
-    "model.user_tower.pooling": one_of(model_config.POOLINGS),
-    "model.user_tower.sequence.num_blocks": integer(0, 64),
-    "model.user_tower.sequence.num_heads": integer(1, MAX_DIM),
-    "model.user_tower.sequence.dropout": number(0, 1, high_open=True),
-    "model.user_tower.sequence.every_position": flag(),
-    "model.user_tower.user_id_embedding_dim": integer(0, MAX_DIM),
-    "model.user_tower.user_id_gate": number(0, 1, high_open=True),
-    "model.user_tower.feature_embedding_dim": DIM,
-    "model.user_tower.use_example_age": flag(),
-    "model.user_tower.hidden_units": integers(1, 4 * MAX_DIM),
-    "model.objective.name": one_of(model_config.OBJECTIVES),
-    "model.objective.num_negatives": integer(0, MAX_BATCH),
-    "model.objective.negatives": one_of(model_config.NEGATIVES),
-    "model.objective.sampler": one_of(model_config.SAMPLERS),
-    "model.objective.distortion": number(0, 10),
-    "model.objective.log_q": one_of(model_config.LOG_Q_MODES),
-    "model.objective.estimator_buckets": integer(0, 1 << 28),  # per hash (_memory)
-    "model.objective.estimator_alpha": number(0, 1, low_open=True),
-    "model.objective.estimator_hashes": integer(1, 64),
-    "model.objective.output_table": flag(),
-    "model.objective.margin": number(-1, 1),
-    "model.objective.negative_weight": number(0, 1e4),
-    # train (retrieval/training.py, default_train_config)
-    "train.epochs": EPOCHS,
-    "train.batch_size": BATCH,
-    "train.optimizer": one_of(settings.OPTIMIZERS),
-    "train.learning_rate": number(0, 100),  # 0 is allowed: a warm start copied without training
-    "train.weight_decay": number(0, 100),
-    "train.schedule": one_of(settings.SCHEDULES),
-    "train.warmup_steps": integer(0, COUNT),
-    "train.min_learning_rate_ratio": number(0, 1),
-    "train.checkpoint_every_steps": STEPS,
-    "train.keep_checkpoints": integer(1, MAX_CHECKPOINTS),
-    "train.log_every_steps": STEPS,
-    "train.steps_per_execution": integer(1, 1000),
-    "train.eval_every_epochs": EPOCHS,
-    "train.early_stopping_patience": integer(0, MAX_EPOCHS),
-    "train.validation_fraction": number(0, 0.5, high_open=False),
-    "train.refit": flag(),
-    "train.refit_epochs": integer(0, MAX_EPOCHS),
-    "train.eval_metric_name": text(nonempty=True),
-    "train.eval_k": integer(1, MAX_K),
-    "train.eval_max_users": integer(0, COUNT),
-    "data.history_keep": number(0, 1, low_open=True),
-    "train.strategy": one_of(settings.STRATEGIES),
-    "train.ps_shards": integer(0, 4096),
-    "train.ps_min_shard_bytes": integer(1, 1 << 40),
-    "train.ps_timeout_s": number(0, 86_400, low_open=True),
-    "train.seed": SEED,
-    "train.jit_compile": one_of(settings.JIT_COMPILE),
-    "train.sparse_updates": one_of(settings.SPARSE_UPDATES),
-    # item2vec (retrieval/models/item2vec.py, default_item2vec_config)
-    "item2vec.dim": DIM,
-    "item2vec.window": integer(1, MAX_HISTORY),
-    "item2vec.shrink_window": flag(),
-    "item2vec.negatives": integer(1, 10_000),
-    "item2vec.noise_exponent": number(0, 10),
-    "item2vec.negative_group": BATCH,
-    "item2vec.threads": integer(1, MAX_WORKERS),
-    "item2vec.subsample": number(0, 1),
-    "item2vec.epochs": EPOCHS,
-    "item2vec.batch_size": BATCH,
-    "item2vec.learning_rate": number(0, 100, low_open=True),
-    "item2vec.min_learning_rate": number(0, 100),
-    "item2vec.vectors": one_of(VECTORS),
-    "item2vec.log_every_steps": STEPS,
-    "item2vec.checkpoint_every_steps": STEPS,
-    "item2vec.keep_checkpoints": integer(1, MAX_CHECKPOINTS),
-    "item2vec.seed": SEED,
-}
+# What each key accepts: the rules declared with the keys, section by section (retrieval/jobs/sections.py).
+RULES: dict[str, Rule] = {name: rule for section in sections.SECTIONS for name, rule in section.rules().items()}
 
 Problem = tuple[str, str]  # (key, what is wrong and what is allowed)
 
@@ -533,18 +372,24 @@ CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
     _data, _columns, _shards, _index_factory, _model, _machine, _memory, _gate_metrics, _gate_lift)
 
 
+def key_problems(config: Mapping) -> list[Problem]:
+    """The unknown keys of ``config`` and the values their rules refuse."""
+    problems = []
+    for key, value in flatten(config):
+        rule = RULES.get(key)
+        if rule is None:
+            problems.append((key, "unknown key (no such setting; see docs/reference.md)"))
+        elif not rule.accepts(value):
+            problems.append((key, f"must be {rule.allowed()}, got {shown(value)}"))
+    return problems
+
+
 def config_problems(config: Mapping) -> list[Problem]:
     """Every problem of ``config``: unknown keys and values breaking their rule first, then the cross-key checks
     (they rely on types and ranges: one that trips on a refused value is skipped, its cause already reported), so
     that several mistakes are reported at once."""
     flat = dict(flatten(config))
-    problems = []
-    for key, value in flat.items():
-        rule = RULES.get(key)
-        if rule is None:
-            problems.append((key, "unknown key (no such setting; see configs/base.py and the config files)"))
-        elif not rule.accepts(value):
-            problems.append((key, f"must be {rule.allowed()}, got {shown(value)}"))
+    problems = key_problems(config)
     refused = {key for key, _ in problems}
     for check in CROSS_CHECKS:
         try:
@@ -555,9 +400,10 @@ def config_problems(config: Mapping) -> list[Problem]:
     return problems
 
 
-def validate_config(config: Mapping) -> None:
-    """Raises ``InputError`` naming every bad key of ``config`` (one line) unless it is valid."""
-    problems = config_problems(config)
+def validate_config(config: Mapping, cross_checks: bool = True) -> None:
+    """Raises ``InputError`` naming every bad key of ``config`` (one line) unless it is valid; without
+    ``cross_checks``, only each key against its own rule."""
+    problems = config_problems(config) if cross_checks else key_problems(config)
     if len(problems) == 1:
         key, message = problems[0]
         raise InputError(message, field=f"config.{key}")

@@ -55,7 +55,7 @@ def check_prepared(paths: artifacts.RunPaths, config: ml_collections.ConfigDict,
     check(paths, config.eval.exclude_train,
           "config.data.test_path" if config.data.split == "files" else "config.data.split")
     config_checks.check_index(config, Vocabulary.load(paths.item_vocab).size - NUM_RESERVED)
-    if config.get("model_type", "two_tower") == "item2vec":
+    if config.model_type == "item2vec":
         check_word2vec_ids(paths, settings)
 
 

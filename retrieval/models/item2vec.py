@@ -35,6 +35,22 @@ from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.artifacts import PathLike
+from retrieval.config_keys import (
+    BATCH,
+    DIM,
+    EPOCHS,
+    MAX_CHECKPOINTS,
+    MAX_HISTORY,
+    MAX_WORKERS,
+    SEED,
+    STEPS,
+    Key,
+    Section,
+    flag,
+    integer,
+    number,
+    one_of,
+)
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import item2vec_train
@@ -42,64 +58,62 @@ from retrieval.models import item2vec_train
 VECTORS = ("input", "average")
 
 
-def default_item2vec_config() -> ml_collections.ConfigDict:
-    """Returns the documented default Item2Vec configuration (the ``config.item2vec`` section).
+# The item2vec section (``config.item2vec``), declared once (retrieval.config_keys): each key's default, rule and
+# meaning. Defaults were tuned on MovieLens-1M (users 1-2999, leave-last-one-out next-item recall@20) against gensim's
+# word2vec with the same settings; ``benchmarks/bench_item2vec.py`` reproduces the comparison.
+ITEM2VEC = Section("item2vec", (
+    Key('dim', 64, DIM,
+        'Dimension d of the item vectors.'),
+    Key('window', 5, integer(1, MAX_HISTORY),
+        "Pairs join items at most this many positions apart in a user's time-ordered sequence (both directions)."),
+    Key('shrink_window', True, flag(),
+        "word2vec's dynamic window (gensim's shrink_windows, on by default there too): each user's window is drawn from "
+        'U{1..window} every epoch, so near items weigh more ((window - k + 1) / window for items k apart) and an epoch '
+        'trains ~(window + 1) / (2 * window) of the pairs. False: every pair within window, every epoch.'),
+    Key('negatives', 5, integer(1, 10_000),
+        'K: negatives per pair, drawn from count ** noise_exponent (0.75 as in word2vec).'),
+    Key('noise_exponent', 0.75, number(0, 10)),
+    Key('negative_group', 1, BATCH,
+        'g: consecutive pairs of a shuffled epoch sharing one draw of K negatives (1: independent negatives, as in '
+        'word2vec; the expected gradient is the same for any g). Must divide batch_size.'),
+    Key('subsample', 0.001, number(0, 1),
+        'Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability min(1, '
+        'sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling.'),
+    Key('epochs', 5, EPOCHS,
+        'Passes over the pairs.'),
+    Key('batch_size', 8192, BATCH,
+        "Pairs per step: every pair is its own SGD update (word2vec's); a step is the unit of the learning-rate "
+        'schedule (constant within a step), of logging, checkpointing and resumption.'),
+    Key('learning_rate', 0.025, number(0, 100, low_open=True),
+        'Learning rate, decayed linearly with training progress down to min_learning_rate (word2vec / gensim: 0.025 and '
+        '0.0001).'),
+    Key('min_learning_rate', 0.0001, number(0, 100)),
+    Key('threads', 1, integer(1, MAX_WORKERS),
+        'Threads running the SGD loop. 1: a run is bit-reproducible under its seed (and resumes exactly). n > 1: '
+        "Hogwild (Recht et al. 2011, as word2vec's and gensim's workers): n threads update the shared tables without "
+        'locks, each on its own part of every chunk of steps; ~n times faster on n free cores, not reproducible.'),
+    Key('vectors', 'input', one_of(VECTORS),
+        'Item vectors: "input" (the target table, as word2vec) or "average" (mean of the target and context tables).'),
+    Key('log_every_steps', 200, STEPS,
+        "Log loss and pairs/s every this many steps; checkpoint every this many steps (and at each epoch's end)."),
+    Key('checkpoint_every_steps', 1000, STEPS),
+    Key('keep_checkpoints', 2, integer(1, MAX_CHECKPOINTS)),
+    Key('seed', 42, SEED,
+        'Seed of the initialisation, subsampling, shuffling and negatives (the pipelines set it from the top-level '
+        'seed).'),
+), __name__)
 
-    Defaults were tuned on MovieLens-1M (users 1-2999, leave-last-one-out next-item recall@20) against gensim's
-    word2vec with the same settings; ``benchmarks/bench_item2vec.py`` reproduces the comparison.
-    """
-    config = ml_collections.ConfigDict()
-    # Dimension d of the item vectors.
-    config.dim = 64
-    # Pairs join items at most this many positions apart in a user's time-ordered sequence (both directions).
-    config.window = 5
-    # word2vec's dynamic window (gensim's shrink_windows, on by default there too): each user's window is drawn
-    # from U{1..window} every epoch, so near items weigh more ((window - k + 1) / window for items k apart) and an
-    # epoch trains ~(window + 1) / (2 * window) of the pairs. False: every pair within window, every epoch.
-    config.shrink_window = True
-    # K: negatives per pair, drawn from count ** noise_exponent (0.75 as in word2vec).
-    config.negatives = 5
-    config.noise_exponent = 0.75
-    # g: consecutive pairs of a shuffled epoch sharing one draw of K negatives (1: independent negatives, as in
-    # word2vec; the expected gradient is the same for any g). Must divide batch_size.
-    config.negative_group = 1
-    # Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability
-    # min(1, sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling.
-    config.subsample = 1e-3
-    # Passes over the pairs.
-    config.epochs = 5
-    # Pairs per step: every pair is its own SGD update (word2vec's); a step is the unit of the learning-rate schedule
-    # (constant within a step), of logging, checkpointing and resumption.
-    config.batch_size = 8192
-    # Learning rate, decayed linearly with training progress down to min_learning_rate (word2vec / gensim: 0.025 and
-    # 0.0001).
-    config.learning_rate = 0.025
-    config.min_learning_rate = 0.0001
-    # Threads running the SGD loop. 1: a run is bit-reproducible under its seed (and resumes exactly). n > 1:
-    # Hogwild (Recht et al. 2011, as word2vec's and gensim's workers): n threads update the shared tables without
-    # locks, each on its own part of every chunk of steps; ~n times faster on n free cores, not reproducible.
-    config.threads = 1
-    # Item vectors: "input" (the target table, as word2vec) or "average" (mean of the target and context tables).
-    config.vectors = "input"
-    # Log loss and pairs/s every this many steps; checkpoint every this many steps (and at each epoch's end).
-    config.log_every_steps = 200
-    config.checkpoint_every_steps = 1000
-    config.keep_checkpoints = 2
-    # Seed of the initialisation, subsampling, shuffling and negatives (the pipelines set it from the top-level seed).
-    config.seed = 42
-    return config
+
+def default_item2vec_config() -> ml_collections.ConfigDict:
+    """Returns a new ``config.item2vec`` section of the declared defaults."""
+    return ITEM2VEC.config()
 
 
 def _check(config: ml_collections.ConfigDict, item_vocab: Vocabulary) -> None:
-    positive = ("dim", "window", "negatives", "epochs", "batch_size", "negative_group", "threads")
-    for key in positive:
-        if int(config[key]) < 1:
-            raise InputError(f"{key} must be >= 1, got {config[key]}", field=f"item2vec.{key}")
+    ITEM2VEC.check(config)
     if config.batch_size % config.negative_group:
         raise InputError(f"negative_group {config.negative_group} must divide batch_size {config.batch_size}",
                          field="item2vec.negative_group")
-    if config.vectors not in VECTORS:
-        raise InputError(f"vectors must be one of {VECTORS}, got {config.vectors!r}", field="item2vec.vectors")
     if not np.any(item_vocab.counts[NUM_RESERVED:] > 0):
         raise InputError("the item vocabulary has no counted item", field="item2vec")
 

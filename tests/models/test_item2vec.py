@@ -288,4 +288,4 @@ def test_shrink_window_weights_pairs_by_distance():
 def test_divergence_is_reported(planted):
     users, items, times, vocab, _ = planted
     with pytest.raises(InputError, match="diverged"):
-        item2vec.train_item2vec(_config(learning_rate=1e4, epochs=1), users, items, times, vocab)
+        item2vec.train_item2vec(_config(learning_rate=100.0, epochs=1), users, items, times, vocab)

@@ -1,4 +1,10 @@
-"""Value rules of configuration keys: type, range, choices, pattern; each one line in a table.
+"""Configuration keys declared once: each section's keys with their defaults, rules and meanings.
+
+A section (``config.data``, ``config.model``, ...) is declared by the module that reads it, as a :class:`Section` of
+:class:`Key` s: a key's name, default, :class:`Rule` (what it accepts) and meaning. From that one declaration come
+the section's ``ConfigDict`` (:meth:`Section.config`), the validation's rule table (:meth:`Section.rules`,
+``retrieval.jobs.config_checks``, which adds only the cross-key checks and the memory model) and the reference page
+(``tools/config_reference.py`` -> ``docs/reference.md``). Nothing here imports TensorFlow.
 
 A :class:`Rule` says whether a value is acceptable and, for the error message, what is allowed::
 
@@ -22,6 +28,10 @@ import math
 import numbers
 import re
 from typing import Any, Optional, Sequence
+
+import ml_collections
+
+from retrieval.errors import InputError
 
 KINDS = ("int", "float", "bool", "str", "ints", "strs")
 MAX_ITEMS = 64  # longest tuple of an "ints" or "strs" rule (cut-offs, layer sizes, metric names)
@@ -139,3 +149,85 @@ def integers(low: Optional[int] = None, high: Optional[int] = None, nonempty: bo
 
 def names(choices: Optional[Sequence[str]] = None, nonempty: bool = False) -> Rule:
     return Rule("strs", choices=None if choices is None else tuple(choices), nonempty=nonempty)
+
+
+# Upper bounds (every number has one): generous for real work, far below what aborts or runs for days. The memory
+# a whole configuration needs at least is cross-checked against the machine (config_checks._memory).
+COUNT = 2**31 - 1  # counts with no cost of their own (steps between logs, a cap on examples): int32, as TF stores them
+MAX_DIM = 4096  # embedding and layer widths: a 4096-d table of 1M items is 16 GB (48 GB with Adam's two slots)
+MAX_EPOCHS = 10_000
+MAX_BATCH = 1 << 20  # examples per step; the per-step memory is cross-checked too
+MAX_HISTORY = 10_000  # history items a user tower pools per example
+MAX_K = 100_000  # ranking cut-offs: every evaluated user's top-k is held in memory
+MAX_CHECKPOINTS = 1000
+MAX_WORKERS = 1024  # processes / threads; on this machine at most 4 per core (config_checks._machine)
+SEED = integer(0, COUNT)
+DIM = integer(1, MAX_DIM)
+EPOCHS = integer(1, MAX_EPOCHS)
+BATCH = integer(1, MAX_BATCH)
+STEPS = integer(1, COUNT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One key of a section: its name in the section (dotted below a sub-section, ``"item_tower.id_dropout"``), its
+    default, what it accepts and what it means (the reference page's text; ``""``: the meaning of the key declared
+    just above, as for ``user_column`` / ``item_column``)."""
+
+    name: str
+    default: Any
+    rule: Rule
+    doc: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """The keys of one configuration section (``name`` "" is the top level), declared in ``module``."""
+
+    name: str
+    keys: tuple[Key, ...]
+    module: str
+
+    def __post_init__(self):
+        names = [key.name for key in self.keys]
+        if len(set(names)) != len(names):
+            raise ValueError(f"section {self.name!r} declares a key twice")
+        for key in self.keys:
+            if not key.rule.accepts(key.default):
+                raise ValueError(f"{self.qualified(key)}: default {key.default!r} is not {key.rule.allowed()}")
+
+    def qualified(self, key: Key) -> str:
+        """The key's full dotted name: ``"model.item_tower.id_dropout"``."""
+        return f"{self.name}.{key.name}" if self.name else key.name
+
+    def config(self) -> ml_collections.ConfigDict:
+        """A new ``ConfigDict`` of the section's defaults (sub-sections nested)."""
+        config = ml_collections.ConfigDict()
+        self.fill(config)
+        return config
+
+    def fill(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+        """Sets the section's defaults in ``config`` (the top level's keys in a whole config); returns it."""
+        for key in self.keys:
+            node = config
+            *parents, leaf = key.name.split(".")
+            for parent in parents:
+                if parent not in node:
+                    node[parent] = ml_collections.ConfigDict()
+                node = node[parent]
+            node[leaf] = key.default
+        return config
+
+    def check(self, config: Any) -> None:
+        """Raises ``InputError`` naming the first key whose value in ``config`` (this section's ``ConfigDict``) its
+        rule refuses: the check of a library entry point called without the pipeline's validation."""
+        for key in self.keys:
+            value = config
+            for part in key.name.split("."):
+                value = value[part]
+            if not key.rule.accepts(value):
+                raise InputError(f"must be {key.rule.allowed()}, got {value!r}", field=self.qualified(key))
+
+    def rules(self) -> dict[str, Rule]:
+        """``{full dotted name: rule}`` of every key."""
+        return {self.qualified(key): key.rule for key in self.keys}
