@@ -30,7 +30,6 @@ NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
 POOLINGS = ("mean", "attention", "self_attention")
-COLD_VIEWS = ("labels", "distill")  # the cold view's term (two_tower.TwoTowerModel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,10 +132,6 @@ MODEL = Section("model", (
     Key('item_tower.cold_view_weight', 0.0, number(0, 100),
         'With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the '
         'objective again with every candidate embedded as if it had no training interactions (TwoTowerModel).'),
-    Key('item_tower.cold_view', 'labels', one_of(COLD_VIEWS),
-        'The cold view\'s term: "labels" (the objective with the features-only candidates) or "distill" (the '
-        "features-only vectors learn the full vectors' in-batch ranking, only the feature path moving: ALDI's "
-        'distillation, Huang et al. 2023).'),
     Key('user_tower.share_item_embeddings', True, flag(),
         "Embed the watched items with the item tower's id table (True) or with a separate table (False). With "
         'objective.output_table the shared table is the output softmax weights (tied input/output embeddings).'),

@@ -19,7 +19,6 @@ import tensorflow_recommenders as tfrs
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import distributed
 from retrieval.data.vocab import NUM_RESERVED
-from retrieval.models.config import COLD_VIEWS
 from retrieval.models.layers import MASK_BELOW, interleaved_parts, masked_mean
 from retrieval.models.objectives import OutputTable
 from retrieval.models.sequence_encoder import LENGTH_BUCKETS, every_position_targets, length_buckets
@@ -48,25 +47,17 @@ class TwoTowerModel(tfrs.Model):
         candidates; this view trains it on all of them, against negatives that are feature-only too, which is the
         ranking a cold item's vector takes part in: DropoutNet's input dropout (Volkovs et al. 2017) at rate 1 on
         the candidate side, as a second term of the loss (written here; no dependency has it).
-      cold_view: what the cold view's term is. ``"labels"``: the objective with the features-only candidates, as
-        above. ``"distill"``: the features-only vectors learn to rank the batch's candidates as the full vectors do,
-        ``w KL(softmax(u V^T / T) || softmax(u S^T / T))`` per query over the batch's labels (``V`` the full item
-        vectors, ``S`` the features-only ones), with the queries and ``V`` held fixed so that only the item tower's
-        feature path moves: the teacher-student alignment of ALDI (Huang et al., SIGIR 2023, eq. 4: the rating
-        distribution distillation), in-batch (written here; no dependency has it).
     """
 
     def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, *,
                  item_tower: Optional[ItemTower] = None, output_table: Optional[OutputTable] = None,
                  temperature: float = 1.0, max_history: int = 50, inference_part_size: int = 0,
-                 every_position: bool = False, cold_view_weight: float = 0.0, cold_view: str = "labels"):
+                 every_position: bool = False, cold_view_weight: float = 0.0):
         super().__init__()
         if (item_tower is None) == (output_table is None):
             raise ValueError("a TwoTowerModel has either an item tower or an output table")
         if cold_view_weight and (item_tower is None or item_tower.id_rows is None):
             raise ValueError("cold_view_weight needs an item tower with item features")
-        if cold_view not in COLD_VIEWS:
-            raise ValueError(f"unknown cold view {cold_view!r}; expected one of {COLD_VIEWS}")
         self.user_tower = user_tower
         self.item_tower = item_tower
         self.objective = objective
@@ -76,7 +67,6 @@ class TwoTowerModel(tfrs.Model):
         self.inference_part_size = int(inference_part_size)
         self.every_position = bool(every_position)
         self.cold_view_weight = float(cold_view_weight)
-        self.cold_view = cold_view
         self.loss_tracker = tf.keras.metrics.Mean(name="loss")
 
     @property
@@ -117,22 +107,11 @@ class TwoTowerModel(tfrs.Model):
                 self.user_tower.chunked_pooling = False
         per_example = self.objective(queries, labels, training=training)
         if self.cold_view_weight and training:
-            per_example += self.cold_view_weight * self._cold_view_loss(queries, labels)
-        self.loss_tracker.update_state(per_example)
-        return distributed.average_loss(per_example)
-
-    def _cold_view_loss(self, queries: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-        """The cold view's per-example term (``cold_view``; see the class docstring)."""
-        if self.cold_view == "labels":
             with self.item_tower.features_only():
                 # training=False: the objective's frequency estimator has seen these labels once already.
-                return self.objective(queries, labels, training=False)
-        queries = tf.stop_gradient(queries)
-        teacher = tf.matmul(queries, tf.stop_gradient(self.item_tower(labels)), transpose_b=True) / self.temperature
-        with self.item_tower.features_only():
-            student = tf.matmul(queries, self.item_tower(labels), transpose_b=True) / self.temperature
-        teacher, student = tf.nn.log_softmax(teacher), tf.nn.log_softmax(student)
-        return tf.reduce_sum(tf.exp(teacher) * (teacher - student), axis=-1)  # KL(teacher || student)
+                per_example += self.cold_view_weight * self.objective(queries, labels, training=False)
+        self.loss_tracker.update_state(per_example)
+        return distributed.average_loss(per_example)
 
     def _every_position_queries(self, inputs: Mapping[str, tf.Tensor], labels: tf.Tensor,
                                 training: bool) -> tuple[tf.Tensor, tf.Tensor]:
