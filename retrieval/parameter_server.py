@@ -52,9 +52,9 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.cli import EXIT_INPUT_ERROR, LOST_TASK_ADVICE
 from retrieval.errors import InputError
 from retrieval.periodic import Periodic
+from retrieval.settings import PS_TIMEOUT_S
 
 DEFAULT_MIN_SHARD_BYTES = 256 << 10  # MinSizePartitioner's default: tables up to 256 KiB stay whole
-DEFAULT_TIMEOUT_S = 120.0  # train.ps_timeout_s
 SERVER_ROLES = ("worker", "ps")
 PROBE_TIMEOUT_S = 1.0
 
@@ -210,7 +210,7 @@ class Synchronize(tf.keras.callbacks.Callback):
     after it (evaluation, early stopping, the final checkpoint) see the weights of every step; and watches the
     cluster's tasks while training runs (:class:`Watchdog`, ``timeout_s``). Put it first."""
 
-    def __init__(self, strategy: tf.distribute.ParameterServerStrategy, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, strategy: tf.distribute.ParameterServerStrategy, timeout_s: float = PS_TIMEOUT_S):
         super().__init__()
         self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)  # the strategy's own
         # The strategy's resolver (its public ``cluster_resolver`` is None under ParameterServerStrategyV2).

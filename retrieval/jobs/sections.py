@@ -28,7 +28,7 @@ TOP = Section("", (
 ), __name__)
 
 EVAL = Section("eval", (
-    Key('ks', (10, 20, 50, 100), integers(1, MAX_K, nonempty=True),
+    Key('ks', settings.DEFAULT_KS, integers(1, MAX_K, nonempty=True),
         'Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking.'),
     Key('exclude_train', True, flag(),
         'Exclude each user\'s training items from the ranking ("seen excluded"; the standard protocol).'),
