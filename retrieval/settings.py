@@ -43,80 +43,80 @@ SPARSE_UPDATES_MIN_ROWS = 50_000  # "auto": lazy optimizer from this many rows i
 
 # The train section (``config.train``), declared once (retrieval.config_keys): each key's default, rule and meaning.
 TRAIN = Section("train", (
-    Key('epochs', 8, EPOCHS,
-        'Passes over the training examples; training runs exactly epochs * ceil(examples / batch_size) steps. '
-        '(Validation recall plateaus after 4-8 epochs on the bundled data and MovieLens-1M.)'),
-    Key('batch_size', 1024, BATCH,
-        'Global batch size (split across replicas). In-batch negatives: larger batches give more negatives.'),
-    Key('optimizer', 'adam', one_of(OPTIMIZERS),
+    Key("epochs", 8, EPOCHS,
+        "Passes over the training examples; training runs exactly epochs * ceil(examples / batch_size) steps. "
+        "(Validation recall plateaus after 4-8 epochs on the bundled data and MovieLens-1M.)"),
+    Key("batch_size", 1024, BATCH,
+        "Global batch size (split across replicas). In-batch negatives: larger batches give more negatives."),
+    Key("optimizer", "adam", one_of(OPTIMIZERS),
         'Optimizer: "adam", "adagrad" or "rowwise_adagrad" (embedding tables keep one Adagrad accumulator per row, the '
         "mean of the row's squared gradient: the cheapest step for large catalogues; other weights get Adagrad; "
-        'docs/sparse-updates.md), its peak learning rate and decoupled weight decay (AdamW-style; 0: none; biases are '
-        'exempt).'),
-    Key('learning_rate', 0.003, number(0, 100)),
-    Key('weight_decay', 0.0, number(0, 100)),
-    Key('schedule', 'cosine', one_of(SCHEDULES),
+        "docs/sparse-updates.md), its peak learning rate and decoupled weight decay (AdamW-style; 0: none; biases are "
+        "exempt)."),
+    Key("learning_rate", 0.003, number(0, 100)),
+    Key("weight_decay", 0.0, number(0, 100)),
+    Key("schedule", "cosine", one_of(SCHEDULES),
         'Learning-rate schedule: "constant" or "cosine" (decay to min_learning_rate_ratio * learning_rate at the last '
-        'step), after warmup_steps of linear warmup from 0 (both schedules).'),
-    Key('warmup_steps', 100, integer(0, COUNT)),
-    Key('min_learning_rate_ratio', 0.0, number(0, 1)),
-    Key('checkpoint_every_steps', 1000, STEPS,
-        'Save a checkpoint every this many steps (and always at the end); keep this many.'),
-    Key('keep_checkpoints', 3, integer(1, MAX_CHECKPOINTS)),
-    Key('log_every_steps', 100, STEPS,
-        'Log loss and examples/s through absl (and to TensorBoard) every this many steps.'),
-    Key('steps_per_execution', 4, integer(1, 1000),
-        'Training steps per call into TensorFlow (Keras steps_per_execution): fewer Python round trips per step, '
-        '+10-25% examples/s at 4 on 2 CPU cores (benchmarks/bench_training.py). Callbacks (logging, checkpoints, the '
-        'stop at the last step) run between calls, at the first step reaching their multiple; the value used divides '
-        'checkpoint_every_steps and log_every_steps, and is 1 under parameter-server training and in a run resumed '
-        'mid-epoch.'),
-    Key('eval_every_epochs', 1, EPOCHS,
-        'Early stopping on the validation metric returned by evaluate_fn (higher is better), run every '
-        'eval_every_epochs epochs (at least 1); stop after early_stopping_patience evaluations without improvement and '
-        'restore the best weights. early_stopping_patience 0: never stop early.'),
-    Key('early_stopping_patience', 0, integer(0, MAX_EPOCHS)),
-    Key('validation_fraction', 0.1, number(0, 0.5, high_open=False),
-        'With early stopping and no validation data given (data.validation_path, data.validation), the run holds out '
+        "step), after warmup_steps of linear warmup from 0 (both schedules)."),
+    Key("warmup_steps", 100, integer(0, COUNT)),
+    Key("min_learning_rate_ratio", 0.0, number(0, 1)),
+    Key("checkpoint_every_steps", 1000, STEPS,
+        "Save a checkpoint every this many steps (and always at the end); keep this many."),
+    Key("keep_checkpoints", 3, integer(1, MAX_CHECKPOINTS)),
+    Key("log_every_steps", 100, STEPS,
+        "Log loss and examples/s through absl (and to TensorBoard) every this many steps."),
+    Key("steps_per_execution", 4, integer(1, 1000),
+        "Training steps per call into TensorFlow (Keras steps_per_execution): fewer Python round trips per step, "
+        "+10-25% examples/s at 4 on 2 CPU cores (benchmarks/bench_training.py). Callbacks (logging, checkpoints, the "
+        "stop at the last step) run between calls, at the first step reaching their multiple; the value used divides "
+        "checkpoint_every_steps and log_every_steps, and is 1 under parameter-server training and in a run resumed "
+        "mid-epoch."),
+    Key("eval_every_epochs", 1, EPOCHS,
+        "Early stopping on the validation metric returned by evaluate_fn (higher is better), run every "
+        "eval_every_epochs epochs (at least 1); stop after early_stopping_patience evaluations without improvement and "
+        "restore the best weights. early_stopping_patience 0: never stop early."),
+    Key("early_stopping_patience", 0, integer(0, MAX_EPOCHS)),
+    Key("validation_fraction", 0.1, number(0, 0.5, high_open=False),
+        "With early stopping and no validation data given (data.validation_path, data.validation), the run holds out "
         "this share of each user's training items itself (sets: at random; sequences: the last item), early-stops on "
-        'it, and then, with refit, trains the final model on all training data for the best epoch count (the test data '
-        'is not used for either). 0: no automatic holdout (early stopping then needs validation data).'),
-    Key('refit', True, flag()),
-    Key('refit_epochs', 0, integer(0, MAX_EPOCHS),
-        'With refit: 0 trains the final model from scratch for the best epoch count; N > 0 continues from the tuned '
+        "it, and then, with refit, trains the final model on all training data for the best epoch count (the test data "
+        "is not used for either). 0: no automatic holdout (early stopping then needs validation data)."),
+    Key("refit", True, flag()),
+    Key("refit_epochs", 0, integer(0, MAX_EPOCHS),
+        "With refit: 0 trains the final model from scratch for the best epoch count; N > 0 continues from the tuned "
         "model's best weights on all training data for N epochs instead (the holdout's items enter the model), from the "
-        'learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end: the '
+        "learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end: the "
         'refit then costs N epochs, not best-epoch-many (benchmarks/JOURNAL.md, "Issue 36").'),
-    Key('eval_metric_name', 'val_recall', text(nonempty=True),
-        'Name under which the validation metric is logged (Keras logs, TensorBoard).'),
-    Key('eval_k', 20, integer(1, MAX_K),
-        'Cut-off of the validation recall the pipeline computes for early stopping (validation data required: '
+    Key("eval_metric_name", "val_recall", text(nonempty=True),
+        "Name under which the validation metric is logged (Keras logs, TensorBoard)."),
+    Key("eval_k", 20, integer(1, MAX_K),
+        "Cut-off of the validation recall the pipeline computes for early stopping (validation data required: "
         'data.validation_path with split "files", or data.validation with leave_last_n).'),
-    Key('eval_max_users', 0, integer(0, COUNT),
-        'Validation recall on a seeded uniform sample of this many validation users (only their rows are read): each '
-        'evaluation then costs a fraction of the full-corpus ranking of every user, and the sample is the same at every '
-        'epoch, so epochs compare on the same users. 0: eval.max_users (itself 0: every validation user).'),
-    Key('strategy', 'default', one_of(STRATEGIES),
+    Key("eval_max_users", 0, integer(0, COUNT),
+        "Validation recall on a seeded uniform sample of this many validation users (only their rows are read): each "
+        "evaluation then costs a fraction of the full-corpus ranking of every user, and the sample is the same at every "
+        "epoch, so epochs compare on the same users. 0: eval.max_users (itself 0: every validation user)."),
+    Key("strategy", "default", one_of(STRATEGIES),
         'Distribution strategy: "default" (one device), "mirrored" (local GPUs), "multi_worker" (TF_CONFIG), or '
         '"parameter_server" (TF_CONFIG with ps tasks: tables too large for a worker, split across the ps tasks).'),
-    Key('ps_shards', 0, integer(0, 4096),
-        'parameter_server: shards per large table (0: one per ps task); a table (or dense kernel) of S bytes gets '
-        'min(ps_shards, ceil(S / ps_min_shard_bytes)) shards, so tables up to ps_min_shard_bytes stay whole '
-        '(tf.distribute.experimental.partitioners.MinSizePartitioner).'),
-    Key('ps_min_shard_bytes', 256 << 10, integer(1, 1 << 40)),
-    Key('ps_timeout_s', PS_TIMEOUT_S, number(0, 86_400, low_open=True),
-        'parameter_server: seconds the chief waits for a lost ps task, or for any worker when none is reachable, before '
-        'it stops with exit 2 (the run keeps its last checkpoint: restart the tasks and rerun the run id to resume).'),
-    Key('seed', 42, SEED,
-        'Seed of the shuffling (the pipelines set it from the top-level `seed`).'),
-    Key('jit_compile', 'auto', one_of(JIT_COMPILE),
+    Key("ps_shards", 0, integer(0, 4096),
+        "parameter_server: shards per large table (0: one per ps task); a table (or dense kernel) of S bytes gets "
+        "min(ps_shards, ceil(S / ps_min_shard_bytes)) shards, so tables up to ps_min_shard_bytes stay whole "
+        "(tf.distribute.experimental.partitioners.MinSizePartitioner)."),
+    Key("ps_min_shard_bytes", 256 << 10, integer(1, 1 << 40)),
+    Key("ps_timeout_s", PS_TIMEOUT_S, number(0, 86_400, low_open=True),
+        "parameter_server: seconds the chief waits for a lost ps task, or for any worker when none is reachable, before "
+        "it stops with exit 2 (the run keeps its last checkpoint: restart the tasks and rerun the run id to resume)."),
+    Key("seed", 42, SEED,
+        "Seed of the shuffling (the pipelines set it from the top-level `seed`)."),
+    Key("jit_compile", "auto", one_of(JIT_COMPILE),
         'XLA-compile the training step: "auto" (on when the objective samples no negatives (in-batch without extra '
         'negatives, full softmax) and training runs on one replica), "on" or "off". XLA fuses the step, sums the '
-        'embedding gradients densely and pools the history in chunks fused with its lookup (layers.sum_over_positions): '
-        '2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py).'),
-    Key('sparse_updates', 'auto', one_of(SPARSE_UPDATES),
-        'Lazy (row-wise sparse) optimizer updates of the embedding tables (retrieval/optimizers.py, '
-        'docs/sparse-updates.md): a step updates only the rows the batch looked up, and their moments, so its cost does '
+        "embedding gradients densely and pools the history in chunks fused with its lookup (layers.sum_over_positions): "
+        "2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py)."),
+    Key("sparse_updates", "auto", one_of(SPARSE_UPDATES),
+        "Lazy (row-wise sparse) optimizer updates of the embedding tables (retrieval/optimizers.py, "
+        "docs/sparse-updates.md): a step updates only the rows the batch looked up, and their moments, so its cost does "
         'not grow with the catalogue. "auto": on when the largest embedding table has at least SPARSE_UPDATES_MIN_ROWS '
         'rows (50,000); "on" or "off". Dense layers always get the optimizer\'s ordinary update.'),
 ), __name__)

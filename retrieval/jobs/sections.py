@@ -19,66 +19,66 @@ FLOORS_SPEC = text(pattern=r"(\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)(,\s*[^\s=,]+\s*=\s*
                    pattern_doc="empty or 'metric=floor' comma separated, e.g. 'recall@20=0.05,ndcg@20=0.02'")
 
 TOP = Section("", (
-    Key('name', 'run',  text(pattern=locations.NAME_PATTERN.pattern, pattern_doc=locations.NAME_RULE),
-        'Name of the model directory: runs go to <output_dir>/<name>/<run_id>/, the published one is <name>/latest.'),
-    Key('seed', 42, SEED,
+    Key("name", "run", text(pattern=locations.NAME_PATTERN.pattern, pattern_doc=locations.NAME_RULE),
+        "Name of the model directory: runs go to <output_dir>/<name>/<run_id>/, the published one is <name>/latest."),
+    Key("seed", 42, SEED,
         "Seed of every random choice (split, sampling, initialisation, shuffling); recorded in the run's manifest."),
-    Key('model_type', 'two_tower', one_of(settings.MODEL_TYPES),
+    Key("model_type", "two_tower", one_of(settings.MODEL_TYPES),
         'Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".'),
 ), __name__)
 
 EVAL = Section("eval", (
-    Key('ks', settings.DEFAULT_KS, integers(1, MAX_K, nonempty=True),
-        'Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking.'),
-    Key('exclude_train', True, flag(),
+    Key("ks", settings.DEFAULT_KS, integers(1, MAX_K, nonempty=True),
+        "Cut-offs reported; the first one in `gate.compare` drives the gate. Full-corpus exact ranking."),
+    Key("exclude_train", True, flag(),
         'Exclude each user\'s training items from the ranking ("seen excluded"; the standard protocol).'),
-    Key('baselines', ('most_popular', 'random', 'item_knn', 'ease'), names(baselines.BASELINES),
-        'Baselines computed in the same run for the report: most_popular, random, item_knn, ease (EASE^R: skipped, with '
-        'the reason logged and recorded, when its dense item x item matrix does not fit eval.baseline_memory_mb).'),
-    Key('baseline_memory_mb', 4096, number(1, 1 << 30),
-        'Memory (MiB) a baseline may take: EASE^R needs about 4 * items * (items + 3 * 4096) bytes (4096: up to about '
-        '27k items).'),
-    Key('ease_lambda', 500.0, number(0, 1e12, low_open=True),
+    Key("baselines", ("most_popular", "random", "item_knn", "ease"), names(baselines.BASELINES),
+        "Baselines computed in the same run for the report: most_popular, random, item_knn, ease (EASE^R: skipped, with "
+        "the reason logged and recorded, when its dense item x item matrix does not fit eval.baseline_memory_mb)."),
+    Key("baseline_memory_mb", 4096, number(1, 1 << 30),
+        "Memory (MiB) a baseline may take: EASE^R needs about 4 * items * (items + 3 * 4096) bytes (4096: up to about "
+        "27k items)."),
+    Key("ease_lambda", 500.0, number(0, 1e12, low_open=True),
         "EASE^R's L2 weight lambda (Steck 2019; 500 suits MovieLens-sized data)."),
-    Key('bootstrap', 200, integer(0, 100_000),
-        'Bootstrap resamples over users for the 95% intervals (0: none).'),
-    Key('max_users', 0, integer(0, COUNT),
-        'Evaluate a seeded uniform sample of this many test users (0: all), and early-stop on as many validation users. '
+    Key("bootstrap", 200, integer(0, 100_000),
+        "Bootstrap resamples over users for the 95% intervals (0: none)."),
+    Key("max_users", 0, integer(0, COUNT),
+        "Evaluate a seeded uniform sample of this many test users (0: all), and early-stop on as many validation users. "
         "For logs larger than memory: only the sample's rows are read; item_knn and ease are then skipped (they need "
-        'the whole user x item matrix).'),
+        "the whole user x item matrix)."),
 ), __name__)
 
 INDEX = Section("index", (
-    Key('factory', 'auto', text(nonempty=True),
+    Key("factory", "auto", text(nonempty=True),
         'FAISS index factory string (Flat, HNSW32, IVF1024,Flat, IVF1024,PQ16, ...) or "auto" (by catalogue size).'),
-    Key('recall_floor', 0.95, number(0, 1),
-        'Self-check: recall@k of the index against exact search must reach this floor or the build fails.'),
-    Key('recall_k', 100, integer(1, MAX_K)),
+    Key("recall_floor", 0.95, number(0, 1),
+        "Self-check: recall@k of the index against exact search must reach this floor or the build fails."),
+    Key("recall_k", 100, integer(1, MAX_K)),
 ), __name__)
 
 GATE = Section("gate", (
-    Key('floors', 'recall@20=0.01', FLOORS_SPEC,
+    Key("floors", "recall@20=0.01", FLOORS_SPEC,
         'Publish only if these metrics reach their floors ("metric=floor" comma separated).'),
-    Key('compare', ('recall@20', 'ndcg@20'), names(),
-        '... and do not fall more than this fraction below the published run on these metrics.'),
-    Key('max_regression', 0.05, number(0, 1)),
-    Key('min_lift_over_popular', 0.05, number(gate.OFF, 1e6),
-        '... and beat the most-popular baseline of the same evaluation by this relative margin on the first `compare` '
-        'metric (0.05: at least 5% above it), so an untrained or collapsed model is never published whatever the data. '
+    Key("compare", ("recall@20", "ndcg@20"), names(),
+        "... and do not fall more than this fraction below the published run on these metrics."),
+    Key("max_regression", 0.05, number(0, 1)),
+    Key("min_lift_over_popular", 0.05, number(gate.OFF, 1e6),
+        "... and beat the most-popular baseline of the same evaluation by this relative margin on the first `compare` "
+        "metric (0.05: at least 5% above it), so an untrained or collapsed model is never published whatever the data. "
         'Needs "most_popular" in eval.baselines; -1 turns the check off.'),
 ), __name__)
 
 PUBLISH = Section("publish", (
-    Key('keep_last', 5, integer(0, COUNT),
-        'Finished runs to keep in the model directory (the published one is always kept).'),
-    Key('warm_start', False, flag(),
+    Key("keep_last", 5, integer(0, COUNT),
+        "Finished runs to keep in the model directory (the published one is always kept)."),
+    Key("warm_start", False, flag(),
         "Initialise from the lineage's published run: known ids keep their embeddings, new ids start fresh."),
-    Key('lineage', '', text(pattern=f"(?:{locations.NAME_PATTERN.pattern})?",
+    Key("lineage", "", text(pattern=f"(?:{locations.NAME_PATTERN.pattern})?",
                             pattern_doc=f"empty or {locations.NAME_RULE}"),
         "Lineage of the run (docs/operations.md): the gate compares a run only with its lineage's published run, and "
-        '`latest` moves only with runs of its own lineage (others publish to lineages/<lineage>/latest). Empty: derived '
-        'from the data source (data-<digest of the input paths and columns>); name it when the input path changes from '
-        'run to run (dated files) or to keep two datasets apart under one path.'),
+        "`latest` moves only with runs of its own lineage (others publish to lineages/<lineage>/latest). Empty: derived "
+        "from the data source (data-<digest of the input paths and columns>); name it when the input path changes from "
+        "run to run (dated files) or to keep two datasets apart under one path."),
 ), __name__)
 
 # Every section, in the order of the reference page (a pipeline config holds the ones its model type reads).

@@ -90,139 +90,139 @@ def taking(source: str) -> tuple[str, ...]:
 # The model section, declared once (retrieval.config_keys): each key's default, rule and meaning. Defaults were tuned
 # on the bundled synthetic data and MovieLens-1M (next-item, leave-last-one-out).
 MODEL = Section("model", (
-    Key('embedding_dim', 64, DIM,
-        'Dimension d of the user and item vectors: the retrieval space searched by the index.'),
-    Key('temperature', 0.15, number(0, 1e3, low_open=True),
-        'Logits are s(u, v) / temperature. 0.05-0.2 suits L2-normalised towers (cosine in [-1, 1] needs sharpening); '
-        'use 1.0 for raw dot products. Validation recall@20 peaked at 0.1 on MovieLens-1M and at 0.2 on the bundled '
-        'synthetic data (lower values overfit it); 0.15 loses little on both.'),
-    Key('l2_normalize', True, flag(),
+    Key("embedding_dim", 64, DIM,
+        "Dimension d of the user and item vectors: the retrieval space searched by the index."),
+    Key("temperature", 0.15, number(0, 1e3, low_open=True),
+        "Logits are s(u, v) / temperature. 0.05-0.2 suits L2-normalised towers (cosine in [-1, 1] needs sharpening); "
+        "use 1.0 for raw dot products. Validation recall@20 peaked at 0.1 on MovieLens-1M and at 0.2 on the bundled "
+        "synthetic data (lower values overfit it); 0.15 loses little on both."),
+    Key("l2_normalize", True, flag(),
         'L2-normalise both towers\' outputs, so the score is a cosine (exported metric "cosine", else "dot").'),
-    Key('max_history', 50, integer(1, MAX_HISTORY),
-        'Longest history the user tower sees in training (most recent first); the exported encoder pads/truncates to '
-        'it.'),
-    Key('inference_history', 200, integer(0, 10 * MAX_HISTORY),
-        'Set data only (data.order=none): the longest history at inference (validation, evaluation, recommend, serving; '
+    Key("max_history", 50, integer(1, MAX_HISTORY),
+        "Longest history the user tower sees in training (most recent first); the exported encoder pads/truncates to "
+        "it."),
+    Key("inference_history", 200, integer(0, 10 * MAX_HISTORY),
+        "Set data only (data.order=none): the longest history at inference (validation, evaluation, recommend, serving; "
         "the exported encoder's cap). Training draws random subsets of at most max_history items; inference pools more "
-        'of the set, a lower-variance view of the same user (set-splits/ml-1m validation recall@20, same weights: '
-        '0.2601 at 50, 0.2621 at 100, 0.2628 at 200, 0.2629 at 400). Sequences always infer from the most recent '
-        'max_history items, as they were trained. 0: max_history.'),
-    Key('inference_part_size', 0, integer(0, MAX_HISTORY),
-        'Set data only: at inference, a history of more than this many items is dealt into parts of at most this many, '
+        "of the set, a lower-variance view of the same user (set-splits/ml-1m validation recall@20, same weights: "
+        "0.2601 at 50, 0.2621 at 100, 0.2628 at 200, 0.2629 at 400). Sequences always infer from the most recent "
+        "max_history items, as they were trained. 0: max_history."),
+    Key("inference_part_size", 0, integer(0, MAX_HISTORY),
+        "Set data only: at inference, a history of more than this many items is dealt into parts of at most this many, "
         "and the user vector averages the parts' vectors (TwoTowerModel.user_vectors): the tower then pools histories "
-        'of the size it was trained on. 0: the expected size of a training draw, max_history * data.history_keep; a '
+        "of the size it was trained on. 0: the expected size of a training draw, max_history * data.history_keep; a "
         "value >= inference_history pools the whole history at once. On a 20% per-user holdout of set-splits/ml-1m's "
-        'train + valid, the same weights rank at recall@20 0.2463 (NDCG@20 0.2611) in parts of 25, against 0.2425 '
-        '(0.2514) pooled whole; the gain is on users with 50+ items, where one pool of all items lost to EASE^R. Parts '
-        'of 15 and 50 measured 0.2454 and 0.2445.'),
-    Key('seed', 42, SEED,
-        'Seed of the initialisers and samplers (the pipelines set it from the top-level `seed`).'),
-    Key('item_tower.id_embedding_dim', 64, DIM,
-        'Width of the item-id embedding. With no item features and no hidden layers and a width equal to embedding_dim, '
-        'the item vector is the id embedding itself (no projection).'),
-    Key('item_tower.feature_embedding_dim', 16, DIM,
-        'Width of each categorical / multi-valued item feature embedding (numeric features enter as they are).'),
-    Key('item_tower.hidden_units', (), integers(1, 4 * MAX_DIM),
-        'ReLU hidden layers of the item MLP; a linear layer to embedding_dim follows whenever a projection is needed.'),
-    Key('item_tower.id_dropout', 0.15, number(0, 1, high_open=True),
-        'With item features only: the share of item ids replaced by the unknown-id row in training, on the candidate '
-        'side and in histories (item-id dropout, DropoutNet, Volkovs et al. 2017), so the feature path learns to place '
-        'an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among '
+        "train + valid, the same weights rank at recall@20 0.2463 (NDCG@20 0.2611) in parts of 25, against 0.2425 "
+        "(0.2514) pooled whole; the gain is on users with 50+ items, where one pool of all items lost to EASE^R. Parts "
+        "of 15 and 50 measured 0.2454 and 0.2445."),
+    Key("seed", 42, SEED,
+        "Seed of the initialisers and samplers (the pipelines set it from the top-level `seed`)."),
+    Key("item_tower.id_embedding_dim", 64, DIM,
+        "Width of the item-id embedding. With no item features and no hidden layers and a width equal to embedding_dim, "
+        "the item vector is the id embedding itself (no projection)."),
+    Key("item_tower.feature_embedding_dim", 16, DIM,
+        "Width of each categorical / multi-valued item feature embedding (numeric features enter as they are)."),
+    Key("item_tower.hidden_units", (), integers(1, 4 * MAX_DIM),
+        "ReLU hidden layers of the item MLP; a linear layer to embedding_dim follows whenever a projection is needed."),
+    Key("item_tower.id_dropout", 0.15, number(0, 1, high_open=True),
+        "With item features only: the share of item ids replaced by the unknown-id row in training, on the candidate "
+        "side and in histories (item-id dropout, DropoutNet, Volkovs et al. 2017), so the feature path learns to place "
+        "an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among "
         '0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").'),
-    Key('item_tower.cold_view_weight', 0.0, number(0, 100),
-        'With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the '
-        'objective again with every candidate embedded as if it had no training interactions (TwoTowerModel).'),
-    Key('user_tower.share_item_embeddings', True, flag(),
+    Key("item_tower.cold_view_weight", 0.0, number(0, 100),
+        "With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the "
+        "objective again with every candidate embedded as if it had no training interactions (TwoTowerModel)."),
+    Key("user_tower.share_item_embeddings", True, flag(),
         "Embed the watched items with the item tower's id table (True) or with a separate table (False). With "
-        'objective.output_table the shared table is the output softmax weights (tied input/output embeddings).'),
-    Key('user_tower.history_embedding_dim', 64, DIM,
-        'Width of the separate history table (used only when share_item_embeddings is False).'),
-    Key('user_tower.pooling', 'mean', one_of(POOLINGS),
+        "objective.output_table the shared table is the output softmax weights (tied input/output embeddings)."),
+    Key("user_tower.history_embedding_dim", 64, DIM,
+        "Width of the separate history table (used only when share_item_embeddings is False)."),
+    Key("user_tower.pooling", "mean", one_of(POOLINGS),
         'Pooling of the masked history (indices < 2 never contribute): "mean" (YoutubeDNN), "attention" (a learned '
         'query scores each watched item; softmax over the valid positions) or "self_attention" (sequences: a causal '
-        'Transformer over the history in order, SASRec; its state at the most recent item is the pooled history; '
-        'user_tower.sequence below). Set data (data.order=none) has no order to read: self_attention then falls back to '
+        "Transformer over the history in order, SASRec; its state at the most recent item is the pooled history; "
+        "user_tower.sequence below). Set data (data.order=none) has no order to read: self_attention then falls back to "
         '"mean", logged.'),
-    Key('user_tower.sequence.num_blocks', 2, integer(0, 64),
-        'Transformer blocks, attention heads (the history width must be a multiple of them) and the dropout rate of the '
-        'input, the attention weights and the residual branches (training only).'),
-    Key('user_tower.sequence.num_heads', 1, integer(1, MAX_DIM)),
-    Key('user_tower.sequence.dropout', 0.2, number(0, 1, high_open=True)),
-    Key('user_tower.sequence.every_position', True, flag(),
-        'Train every position of the history at once: the state after each item predicts the item that followed it '
+    Key("user_tower.sequence.num_blocks", 2, integer(0, 64),
+        "Transformer blocks, attention heads (the history width must be a multiple of them) and the dropout rate of the "
+        "input, the attention weights and the residual branches (training only)."),
+    Key("user_tower.sequence.num_heads", 1, integer(1, MAX_DIM)),
+    Key("user_tower.sequence.dropout", 0.2, number(0, 1, high_open=True)),
+    Key("user_tower.sequence.every_position", True, flag(),
+        "Train every position of the history at once: the state after each item predicts the item that followed it "
         "(SASRec's training; one example per user then covers all of the user's next-item targets: pair it with "
         "data.max_examples_per_user=1). False: only the example's label, from the most recent state."),
-    Key('user_tower.user_id_embedding_dim', 0, integer(0, MAX_DIM),
-        'Width of a user-id embedding concatenated to the pooled history; 0: none (the model then generalises to users '
-        'it never saw, and unknown users get the same zero vector either way).'),
-    Key('user_tower.user_id_gate', 0.0, number(0, 1, high_open=True),
-        'With a user-id embedding: 0 concatenates it to the pooled history before the MLP; a gate g in (0, 1) adds it '
+    Key("user_tower.user_id_embedding_dim", 0, integer(0, MAX_DIM),
+        "Width of a user-id embedding concatenated to the pooled history; 0: none (the model then generalises to users "
+        "it never saw, and unknown users get the same zero vector either way)."),
+    Key("user_tower.user_id_gate", 0.0, number(0, 1, high_open=True),
+        "With a user-id embedding: 0 concatenates it to the pooled history before the MLP; a gate g in (0, 1) adds it "
         "after the MLP instead, SimpleX's aggregation: u = g * e_user + (1 - g) * MLP(history, features), e_user then "
-        'embedding_dim wide (user_id_embedding_dim only switches it on).'),
-    Key('user_tower.feature_embedding_dim', 16, DIM,
-        'Width of each categorical / multi-valued user feature embedding.'),
-    Key('user_tower.use_example_age', True, flag(),
+        "embedding_dim wide (user_id_embedding_dim only switches it on)."),
+    Key("user_tower.feature_embedding_dim", 16, DIM,
+        "Width of each categorical / multi-valued user feature embedding."),
+    Key("user_tower.use_example_age", True, flag(),
         "Feed the example age (YoutubeDNN's freshness feature; 0 at serving) when the batches carry `example_age`."),
-    Key('user_tower.hidden_units', (128,), integers(1, 4 * MAX_DIM),
-        'ReLU hidden layers of the user MLP, followed by a linear layer to embedding_dim.'),
-    Key('objective.name', 'in_batch', one_of(OBJECTIVES),
-        'Softmax family (the score learns log P(item | user) up to a per-user constant: what retrieval ranks by): '
-        'sampled_softmax: negatives from a candidate sampler shared by the batch (Jean et al. 2015, YoutubeDNN). '
-        'in_batch: the other positives of the (global) batch are the negatives (Yi et al. 2019). full_softmax: every '
-        'item is a negative (exact; small catalogues only). Binary (logistic) family: each candidate is a yes/no '
+    Key("user_tower.hidden_units", (128,), integers(1, 4 * MAX_DIM),
+        "ReLU hidden layers of the user MLP, followed by a linear layer to embedding_dim."),
+    Key("objective.name", "in_batch", one_of(OBJECTIVES),
+        "Softmax family (the score learns log P(item | user) up to a per-user constant: what retrieval ranks by): "
+        "sampled_softmax: negatives from a candidate sampler shared by the batch (Jean et al. 2015, YoutubeDNN). "
+        "in_batch: the other positives of the (global) batch are the negatives (Yi et al. 2019). full_softmax: every "
+        "item is a negative (exact; small catalogues only). Binary (logistic) family: each candidate is a yes/no "
         "example, so the score's constant matters; a learned scalar bias (plus -log #items, or -log #noise for NEG) is "
-        'added to the logit and never exported. nce: noise-contrastive estimation (Gutmann & Hyvarinen 2010): score -> '
-        'log P(item | user), self-normalised (sum over items of exp(score) = 1): pick it when calibrated scores matter '
+        "added to the logit and never exported. nce: noise-contrastive estimation (Gutmann & Hyvarinen 2010): score -> "
+        "log P(item | user), self-normalised (sum over items of exp(score) = 1): pick it when calibrated scores matter "
         "(thresholds, mixing sources). negative_sampling: word2vec's NEG, no correction: score -> log(P / Q), PMI-like; "
         'with sampler "unigram" it demotes popular items by their noise probability (a popularity debias you choose '
-        'through distortion). sampled_logistic: NCE with the positive removed from the negatives: score -> log-odds '
-        'log(P / (1 - P)). full_logistic: every item a binary negative (exact log-odds; the reference of the family; '
-        'small catalogues). Which (benchmarks/bench_objectives.py, equal training time, ml-1m set split and Beauty '
-        'leave-last-one-out): for top-k ranking, in-batch negatives win and the loss matters less: in_batch softmax, '
+        "through distortion). sampled_logistic: NCE with the positive removed from the negatives: score -> log-odds "
+        "log(P / (1 - P)). full_logistic: every item a binary negative (exact log-odds; the reference of the family; "
+        "small catalogues). Which (benchmarks/bench_objectives.py, equal training time, ml-1m set split and Beauty "
+        "leave-last-one-out): for top-k ranking, in-batch negatives win and the loss matters less: in_batch softmax, "
         'nce and sampled_logistic with negatives="in_batch" are within each other\'s 95% intervals (recall@20 '
-        '0.229-0.233 on ml-1m, 0.115-0.119 on Beauty); the sampled variants trail by ~0.01 on ml-1m. Pick nce when the '
-        'score itself must mean something (log P), negative_sampling only to trade recall for the tail (ml-1m: tail '
-        'share 0.17 vs 0.02, recall 0.18 vs 0.23), the full_* objectives only for small catalogues (few steps per '
+        "0.229-0.233 on ml-1m, 0.115-0.119 on Beauty); the sampled variants trail by ~0.01 on ml-1m. Pick nce when the "
+        "score itself must mean something (log P), negative_sampling only to trade recall for the tail (ml-1m: tail "
+        "share 0.17 vs 0.02, recall 0.18 vs 0.23), the full_* objectives only for small catalogues (few steps per "
         "second). Over the batch's negatives (plus num_negatives mixed ones), corrected like in_batch "
         "(docs/objectives.md): ccl: SimpleX's cosine contrastive loss (Mao et al. 2021): 1 - cos(u, pos) + "
-        'negative_weight * the mean of max(0, cos(u, neg) - margin), the mean importance-weighted by 1 / Q to the '
-        'uniform negatives it is defined with; no temperature (a cosine: keep l2_normalize). bsl: the bilateral softmax '
-        'loss (Wu et al. 2023): -logit(pos) + negative_weight * log sum over the negatives of exp(logit), logits s / T '
-        '- log Q as in_batch.'),
-    Key('objective.margin', 0.9, number(-1, 1),
-        'ccl only: negatives whose cosine with the user is below the margin contribute nothing.'),
-    Key('objective.negative_weight', 1.0, number(0, 1e4),
+        "negative_weight * the mean of max(0, cos(u, neg) - margin), the mean importance-weighted by 1 / Q to the "
+        "uniform negatives it is defined with; no temperature (a cosine: keep l2_normalize). bsl: the bilateral softmax "
+        "loss (Wu et al. 2023): -logit(pos) + negative_weight * log sum over the negatives of exp(logit), logits s / T "
+        "- log Q as in_batch."),
+    Key("objective.margin", 0.9, number(-1, 1),
+        "ccl only: negatives whose cosine with the user is below the margin contribute nothing."),
+    Key("objective.negative_weight", 1.0, number(0, 1e4),
         "ccl: the weight of the negatives' (weighted) mean; bsl: the weight of the negatives' log-partition (tau_2 of "
-        'the paper, 1.1-1.2 there; 1: a softmax without the positive in the denominator).'),
-    Key('objective.negatives', 'sampled', one_of(NEGATIVES),
+        "the paper, 1.1-1.2 there; 1: a softmax without the positive in the denominator)."),
+    Key("objective.negatives", "sampled", one_of(NEGATIVES),
         'nce / negative_sampling / sampled_logistic only: where the negatives come from. "sampled": num_negatives drawn '
         'by `sampler` (Q = its expected counts). "in_batch": the other positives of the batch are the noise (free: no '
-        'extra item-tower passes, and XLA-compilable), with log_q the correction (static: (B - 1) count / total, the '
+        "extra item-tower passes, and XLA-compilable), with log_q the correction (static: (B - 1) count / total, the "
         "expected count among a row's noise), plus num_negatives mixed-in sampled ones. The other objectives ignore it."),
-    Key('objective.num_negatives', 0, integer(0, MAX_BATCH),
+    Key("objective.num_negatives", 0, integer(0, MAX_BATCH),
         'Sampled negatives per batch: sampled_softmax\'s (or a binary objective\'s, negatives="sampled") negatives, or '
         'the in-batch objectives\' extra ("mixed") negatives, 0: none.'),
-    Key('objective.sampler', 'unigram', one_of(SAMPLERS),
+    Key("objective.sampler", "unigram", one_of(SAMPLERS),
         'Candidate sampler: "unigram" (training counts ** distortion), "log_uniform" (Zipfian over indices, which the '
         'vocabulary orders by decreasing count), "uniform".'),
-    Key('objective.distortion', 0.75, number(0, 10),
-        'Exponent applied to the counts by the unigram sampler.'),
-    Key('objective.log_q', 'static', one_of(LOG_Q_MODES),
+    Key("objective.distortion", 0.75, number(0, 10),
+        "Exponent applied to the counts by the unigram sampler."),
+    Key("objective.log_q", "static", one_of(LOG_Q_MODES),
         'Log-Q correction of in-batch negatives (in_batch, and nce / sampled_logistic with negatives="in_batch"; '
         'negative_sampling has none): "none", "static" (log count/total from the training counts: the per-draw '
         'probability, exact for a fixed training set) or "estimated" (Yi et al. 2019 estimator of the probability that '
-        'an item is in a batch, updated once per training step and checkpointed; it adapts to drift, but saturates at 1 '
-        'for items in nearly every batch, which under-corrects the head when batch_size * frequency ~ 1: small '
+        "an item is in a batch, updated once per training step and checkpointed; it adapts to drift, but saturates at 1 "
+        "for items in nearly every batch, which under-corrects the head when batch_size * frequency ~ 1: small "
         'catalogues, large batches). "none" is kept for comparison: it recommends popular items.'),
-    Key('objective.estimator_buckets', 0, integer(0, 1 << 28),
+    Key("objective.estimator_buckets", 0, integer(0, 1 << 28),
         'The frequency estimator (log_q="estimated"): hash buckets (0: the item vocabulary size, which makes the first '
-        'hash collision-free), learning rate alpha (about 1/alpha occurrences to adapt) and number of hash functions.'),
-    Key('objective.estimator_alpha', 0.01, number(0, 1, low_open=True)),
-    Key('objective.estimator_hashes', 1, integer(1, 64)),
-    Key('objective.output_table', False, flag(),
-        'Objectives with sampled negatives only: score candidates with a separate output table plus a per-item bias '
-        '(the classic YoutubeDNN softmax layer) instead of the item tower. Item vectors are then [w_i, b_i] and user '
-        'vectors [u / temperature, 1].'),
+        "hash collision-free), learning rate alpha (about 1/alpha occurrences to adapt) and number of hash functions."),
+    Key("objective.estimator_alpha", 0.01, number(0, 1, low_open=True)),
+    Key("objective.estimator_hashes", 1, integer(1, 64)),
+    Key("objective.output_table", False, flag(),
+        "Objectives with sampled negatives only: score candidates with a separate output table plus a per-item bias "
+        "(the classic YoutubeDNN softmax layer) instead of the item tower. Item vectors are then [w_i, b_i] and user "
+        "vectors [u / temperature, 1]."),
 ), __name__)
 
 

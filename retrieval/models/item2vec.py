@@ -62,45 +62,45 @@ VECTORS = ("input", "average")
 # meaning. Defaults were tuned on MovieLens-1M (users 1-2999, leave-last-one-out next-item recall@20) against gensim's
 # word2vec with the same settings; ``benchmarks/bench_item2vec.py`` reproduces the comparison.
 ITEM2VEC = Section("item2vec", (
-    Key('dim', 64, DIM,
-        'Dimension d of the item vectors.'),
-    Key('window', 5, integer(1, MAX_HISTORY),
+    Key("dim", 64, DIM,
+        "Dimension d of the item vectors."),
+    Key("window", 5, integer(1, MAX_HISTORY),
         "Pairs join items at most this many positions apart in a user's time-ordered sequence (both directions)."),
-    Key('shrink_window', True, flag(),
+    Key("shrink_window", True, flag(),
         "word2vec's dynamic window (gensim's shrink_windows, on by default there too): each user's window is drawn from "
-        'U{1..window} every epoch, so near items weigh more ((window - k + 1) / window for items k apart) and an epoch '
-        'trains ~(window + 1) / (2 * window) of the pairs. False: every pair within window, every epoch.'),
-    Key('negatives', 5, integer(1, 10_000),
-        'K: negatives per pair, drawn from count ** noise_exponent (0.75 as in word2vec).'),
-    Key('noise_exponent', 0.75, number(0, 10)),
-    Key('negative_group', 1, BATCH,
-        'g: consecutive pairs of a shuffled epoch sharing one draw of K negatives (1: independent negatives, as in '
-        'word2vec; the expected gradient is the same for any g). Must divide batch_size.'),
-    Key('subsample', 0.001, number(0, 1),
-        'Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability min(1, '
-        'sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling.'),
-    Key('epochs', 5, EPOCHS,
-        'Passes over the pairs.'),
-    Key('batch_size', 8192, BATCH,
+        "U{1..window} every epoch, so near items weigh more ((window - k + 1) / window for items k apart) and an epoch "
+        "trains ~(window + 1) / (2 * window) of the pairs. False: every pair within window, every epoch."),
+    Key("negatives", 5, integer(1, 10_000),
+        "K: negatives per pair, drawn from count ** noise_exponent (0.75 as in word2vec)."),
+    Key("noise_exponent", 0.75, number(0, 10)),
+    Key("negative_group", 1, BATCH,
+        "g: consecutive pairs of a shuffled epoch sharing one draw of K negatives (1: independent negatives, as in "
+        "word2vec; the expected gradient is the same for any g). Must divide batch_size."),
+    Key("subsample", 0.001, number(0, 1),
+        "Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability min(1, "
+        "sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling."),
+    Key("epochs", 5, EPOCHS,
+        "Passes over the pairs."),
+    Key("batch_size", 8192, BATCH,
         "Pairs per step: every pair is its own SGD update (word2vec's); a step is the unit of the learning-rate "
-        'schedule (constant within a step), of logging, checkpointing and resumption.'),
-    Key('learning_rate', 0.025, number(0, 100, low_open=True),
-        'Learning rate, decayed linearly with training progress down to min_learning_rate (word2vec / gensim: 0.025 and '
-        '0.0001).'),
-    Key('min_learning_rate', 0.0001, number(0, 100)),
-    Key('threads', 1, integer(1, MAX_WORKERS),
-        'Threads running the SGD loop. 1: a run is bit-reproducible under its seed (and resumes exactly). n > 1: '
+        "schedule (constant within a step), of logging, checkpointing and resumption."),
+    Key("learning_rate", 0.025, number(0, 100, low_open=True),
+        "Learning rate, decayed linearly with training progress down to min_learning_rate (word2vec / gensim: 0.025 and "
+        "0.0001)."),
+    Key("min_learning_rate", 0.0001, number(0, 100)),
+    Key("threads", 1, integer(1, MAX_WORKERS),
+        "Threads running the SGD loop. 1: a run is bit-reproducible under its seed (and resumes exactly). n > 1: "
         "Hogwild (Recht et al. 2011, as word2vec's and gensim's workers): n threads update the shared tables without "
-        'locks, each on its own part of every chunk of steps; ~n times faster on n free cores, not reproducible.'),
-    Key('vectors', 'input', one_of(VECTORS),
+        "locks, each on its own part of every chunk of steps; ~n times faster on n free cores, not reproducible."),
+    Key("vectors", "input", one_of(VECTORS),
         'Item vectors: "input" (the target table, as word2vec) or "average" (mean of the target and context tables).'),
-    Key('log_every_steps', 200, STEPS,
+    Key("log_every_steps", 200, STEPS,
         "Log loss and pairs/s every this many steps; checkpoint every this many steps (and at each epoch's end)."),
-    Key('checkpoint_every_steps', 1000, STEPS),
-    Key('keep_checkpoints', 2, integer(1, MAX_CHECKPOINTS)),
-    Key('seed', 42, SEED,
-        'Seed of the initialisation, subsampling, shuffling and negatives (the pipelines set it from the top-level '
-        'seed).'),
+    Key("checkpoint_every_steps", 1000, STEPS),
+    Key("keep_checkpoints", 2, integer(1, MAX_CHECKPOINTS)),
+    Key("seed", 42, SEED,
+        "Seed of the initialisation, subsampling, shuffling and negatives (the pipelines set it from the top-level "
+        "seed)."),
 ), __name__)
 
 
