@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 
 import ml_collections
 
-from retrieval.errors import InputError
+from retrieval.errors import InputError, shown
 
 KINDS = ("int", "float", "bool", "str", "ints", "strs")
 MAX_ITEMS = 64  # longest tuple of an "ints" or "strs" rule (cut-offs, layer sizes, metric names)
@@ -79,6 +79,10 @@ class Rule:
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def refusal(self, value: Any) -> Optional[str]:
+        """Why ``value`` is refused ("must be ..., got ..."), or None when the rule accepts it."""
+        return None if self.accepts(value) else f"must be {self.allowed()}, got {shown(value)}"
 
     def allowed(self) -> str:
         """What the rule accepts, in words (completes "must be ...")."""
@@ -209,12 +213,7 @@ class Section:
     def fill(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         """Sets the section's defaults in ``config`` (the top level's keys in a whole config); returns it."""
         for key in self.keys:
-            node = config
-            *parents, leaf = key.name.split(".")
-            for parent in parents:
-                if parent not in node:
-                    node[parent] = ml_collections.ConfigDict()
-                node = node[parent]
+            node, leaf = _parent(config, key.name, create=True)
             node[leaf] = key.default
         return config
 
@@ -222,12 +221,22 @@ class Section:
         """Raises ``InputError`` naming the first key whose value in ``config`` (this section's ``ConfigDict``) its
         rule refuses: the check of a library entry point called without the pipeline's validation."""
         for key in self.keys:
-            value = config
-            for part in key.name.split("."):
-                value = value[part]
-            if not key.rule.accepts(value):
-                raise InputError(f"must be {key.rule.allowed()}, got {value!r}", field=self.qualified(key))
+            node, leaf = _parent(config, key.name)
+            refusal = key.rule.refusal(node[leaf])
+            if refusal is not None:
+                raise InputError(refusal, field=self.qualified(key))
 
     def rules(self) -> dict[str, Rule]:
         """``{full dotted name: rule}`` of every key."""
         return {self.qualified(key): key.rule for key in self.keys}
+
+
+def _parent(config: Any, name: str, create: bool = False) -> tuple[Any, str]:
+    """The sub-section of ``config`` holding dotted key ``name``, and the key's last part (with ``create``, missing
+    sub-sections are added)."""
+    *parents, leaf = name.split(".")
+    for parent in parents:
+        if create and parent not in config:
+            config[parent] = ml_collections.ConfigDict()
+        config = config[parent]
+    return config, leaf

@@ -379,8 +379,8 @@ def key_problems(config: Mapping) -> list[Problem]:
         rule = RULES.get(key)
         if rule is None:
             problems.append((key, "unknown key (no such setting; see docs/reference.md)"))
-        elif not rule.accepts(value):
-            problems.append((key, f"must be {rule.allowed()}, got {shown(value)}"))
+        elif (refusal := rule.refusal(value)) is not None:
+            problems.append((key, refusal))
     return problems
 
 
