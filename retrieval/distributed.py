@@ -26,7 +26,7 @@ from retrieval.settings import STRATEGIES
 
 
 def make_strategy(name: str, *, ps_shards: int = 0,
-                  ps_min_shard_bytes: int = parameter_server.DEFAULT_MIN_SHARD_BYTES) -> tf.distribute.Strategy:
+                  ps_min_shard_bytes: int = parameter_server.PS_MIN_SHARD_BYTES) -> tf.distribute.Strategy:
     """``default`` (one device), ``mirrored`` (all local GPUs, else the CPU), ``multi_worker`` (synchronous
     all-reduce across the workers described by the ``TF_CONFIG`` environment variable) or ``parameter_server``
     (the chief of a ``TF_CONFIG`` cluster with ps tasks; tables split into ``ps_shards`` shards of at least

@@ -52,16 +52,15 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.cli import EXIT_INPUT_ERROR, LOST_TASK_ADVICE
 from retrieval.errors import InputError
 from retrieval.periodic import Periodic
-from retrieval.settings import PS_TIMEOUT_S
+from retrieval.settings import PS_MIN_SHARD_BYTES, PS_TIMEOUT_S
 
-DEFAULT_MIN_SHARD_BYTES = 256 << 10  # MinSizePartitioner's default: tables up to 256 KiB stay whole
 SERVER_ROLES = ("worker", "ps")
 PROBE_TIMEOUT_S = 1.0
 
 Partitioner = Callable[[tf.TensorShape, tf.DType], list]
 
 
-def table_partitioner(max_shards: int, min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES) -> Partitioner:
+def table_partitioner(max_shards: int, min_shard_bytes: int = PS_MIN_SHARD_BYTES) -> Partitioner:
     """A ``variable_partitioner`` that splits floating rank-2 variables (embedding tables, and dense kernels as large)
     of ``S`` bytes by rows into ``min(max_shards, ceil(S / min_shard_bytes))`` shards (``MinSizePartitioner``), so
     tables up to ``min_shard_bytes`` stay whole; every other variable stays whole too: rank-1 state (the frequency
@@ -83,7 +82,7 @@ def _task_counts(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> di
 
 
 def make_strategy(resolver: Optional[tf.distribute.cluster_resolver.ClusterResolver] = None, *, shards: int = 0,
-                  min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES) -> tf.distribute.ParameterServerStrategy:
+                  min_shard_bytes: int = PS_MIN_SHARD_BYTES) -> tf.distribute.ParameterServerStrategy:
     """The strategy of the chief (the coordinator), connected to the cluster of ``resolver`` (default: the
     ``TF_CONFIG`` environment variable). Tables are split into ``shards`` shards (0: one per ``ps`` task).
 

@@ -37,6 +37,7 @@ OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 SPARSE_UPDATES = ("auto", "on", "off")
+PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
 PS_TIMEOUT_S = 120.0  # retrieval.parameter_server: the default wait for a lost task (train.ps_timeout_s)
 SPARSE_UPDATES_MIN_ROWS = 50_000  # "auto": lazy optimizer from this many rows in the largest embedding table
 
@@ -103,7 +104,7 @@ TRAIN = Section("train", (
         "parameter_server: shards per large table (0: one per ps task); a table (or dense kernel) of S bytes gets "
         "min(ps_shards, ceil(S / ps_min_shard_bytes)) shards, so tables up to ps_min_shard_bytes stay whole "
         "(tf.distribute.experimental.partitioners.MinSizePartitioner)."),
-    Key("ps_min_shard_bytes", 256 << 10, integer(1, 1 << 40)),
+    Key("ps_min_shard_bytes", PS_MIN_SHARD_BYTES, integer(1, 1 << 40)),
     Key("ps_timeout_s", PS_TIMEOUT_S, number(0, 86_400, low_open=True),
         "parameter_server: seconds the chief waits for a lost ps task, or for any worker when none is reachable, before "
         "it stops with exit 2 (the run keeps its last checkpoint: restart the tasks and rerun the run id to resume)."),
