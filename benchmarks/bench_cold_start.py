@@ -15,8 +15,8 @@ compare (the first is the shipped one), so the same command gives the "without i
 The seed also draws the cold items: the shipped share was chosen at ``--first_seed=7`` (validation: other cold
 items, the warm side early-stopping on the automatic holdout) and is reported at 42.
 
-``--epochs`` > 0 sets the epochs; 0 keeps the config's (4, chosen on validation: configs/catalogue.py). The data (``../shared``) is
-read in place and the derived files go to a temporary directory.
+``--epochs`` > 0 sets the epochs; 0 keeps the config's (4, chosen on validation: configs/catalogue.py). The data
+(``../shared``) is read in place and the derived files go to a temporary directory.
 """
 
 from __future__ import annotations
