@@ -29,9 +29,10 @@ their rows show the first seed's values. Datasets (from ``../shared/datasets/``)
   run raises ``eval.baseline_memory_mb`` to :data:`GOWALLA_EASE_MB`; a user's run with the default budget skips it).
 
 - ``yelp2018``: real large sparse sets (set-splits/yelp2018's ``train.txt``; its test part is withheld), dealt by
-  :func:`yelp_parts` into a seeded 80/20 per user (training file / test file, in a temporary directory), run with the
-  large-set schedule (:data:`LARGE_SET_SCHEDULE`, docs/objectives.md) and ``eval.baseline_memory_mb`` raised to
-  :data:`YELP_EASE_MB` for EASE^R at 38,048 items, whose weights are fitted once and reused by the later seeds.
+  :func:`yelp_parts` into a seeded 80/20 per user (training file / test file, in a temporary directory), run as a
+  user runs it (at 38,048 items the recipe trains on its large-catalogue schedule, ``train.large_catalogue``) with
+  ``eval.baseline_memory_mb`` raised to :data:`YELP_EASE_MB` for EASE^R, whose weights are fitted once and reused by
+  the later seeds.
 
 Full-corpus exact ranking, the user's training items excluded, recall@20 with |test items| as the denominator (the
 LightGCN code's convention; on leave-one-out data it is HR@20), NDCG@20 with the ideal DCG over min(|test|, 20),
@@ -95,9 +96,6 @@ GOWALLA_EASE_MB = 9000  # EASE^R at 40,981 items: baselines.ease_memory_mb estim
 YELP_TEST_SHARE = 0.2  # each user's share of yelp2018's train.txt dealt to the test part (a seeded random 80/20)
 YELP_SPLIT_SEED = 0  # one fixed split: the seeds of a row vary the model, not the data
 YELP_EASE_MB = 8000  # EASE^R at 38,048 items: baselines.ease_memory_mb estimates 7.3 GB
-# The large-set schedule (docs/objectives.md, "Which objective, for which data"), passed as flags of the one command.
-LARGE_SET_SCHEDULE = {"train.epochs": 12, "train.early_stopping_patience": 3, "train.min_learning_rate_ratio": 0.1,
-                      "train.eval_max_users": 10_000, "train.refit_epochs": 2}
 
 # The shipped recipe (configs/two_tower.py), and the variants compared with it on ml-100k.
 RECIPE = [("two-tower (configs/two_tower.py)", "two_tower", {})]
@@ -223,9 +221,8 @@ def _data(dataset: str, tmp: Path, smoke: bool) -> tuple[dict, str]:
     if dataset == "yelp2018":
         parts = yelp_parts(tmp)
         return ({**one_command(parts["train"], parts["test"]), "data.order": "none",
-                 "eval.baseline_memory_mb": YELP_EASE_MB, **LARGE_SET_SCHEDULE},
-                f"sets: a seeded random 80/20 per user of set-splits/yelp2018/train.txt (split seed {YELP_SPLIT_SEED});"
-                f" the large-set schedule {LARGE_SET_SCHEDULE}")
+                 "eval.baseline_memory_mb": YELP_EASE_MB},
+                f"sets: a seeded random 80/20 per user of set-splits/yelp2018/train.txt (split seed {YELP_SPLIT_SEED})")
     if dataset == "amazon-beauty":
         return _sequence(DATASETS / "amazon-beauty" / "Beauty.txt", "user_items")
     if dataset == "amazon-beauty-sets":

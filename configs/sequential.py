@@ -39,4 +39,5 @@ def get_config():
     # back on: --config.train.early_stopping_patience=8 (the holdout and refit of configs/two_tower.py).
     config.train.epochs = 30
     config.train.early_stopping_patience = 0
+    config.train.large_catalogue_items = 0  # this fixed schedule at every catalogue size (two_tower's is by size)
     return config

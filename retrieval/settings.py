@@ -88,6 +88,17 @@ TRAIN = Section("train", (
         "model's best weights on all training data for N epochs instead (the holdout's items enter the model), from the "
         "learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end: the "
         'refit then costs N epochs, not best-epoch-many (benchmarks/JOURNAL.md, "Issue 36").'),
+    Key("large_catalogue_items", 0, integer(0, COUNT),
+        "From this many catalogue items on (0: never), the run trains on the large-catalogue schedule: the keys under "
+        "train.large_catalogue replace their train.* namesakes (logged, recorded in the train stage's summary). "
+        "configs/two_tower.py sets 20,000: on set-splits/yelp2018 (38,048 items, ~1M training pairs) its own schedule "
+        "takes over 15 minutes on 2 cores, and the shorter one reads as well there, while on the smaller sets it "
+        'measured (ml-1m, lastfm, amazon-beauty) the shorter one cost quality (benchmarks/JOURNAL.md, "Issue 36").'),
+    Key("large_catalogue.epochs", 12, EPOCHS),
+    Key("large_catalogue.early_stopping_patience", 3, integer(0, MAX_EPOCHS)),
+    Key("large_catalogue.min_learning_rate_ratio", 0.1, number(0, 1)),
+    Key("large_catalogue.eval_max_users", 10_000, integer(0, COUNT)),
+    Key("large_catalogue.refit_epochs", 2, integer(0, MAX_EPOCHS)),
     Key("eval_metric_name", "val_recall", text(nonempty=True),
         "Name under which the validation metric is logged (Keras logs, TensorBoard)."),
     Key("eval_k", 20, integer(1, MAX_K),

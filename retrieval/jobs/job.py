@@ -30,7 +30,7 @@ from absl import logging
 import retrieval
 from retrieval import artifacts
 from retrieval.data import handoff, prepare
-from retrieval.data.vocab import Vocabulary
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import GateError
 from retrieval.jobs import config_checks, evaluable, gate, identity, provenance, tuning
 from retrieval.jobs import warm_start as warm_start_lib
@@ -143,17 +143,22 @@ class TrainingJob:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
 
     def _training_run(self) -> tuning.TrainingRun:
+        """What training reads, with the schedule for the size of the catalogue (``tuning.for_catalogue``)."""
         prepared = handoff.PreparedData.from_summary(self.stages.summary("prepare"))
-        return tuning.TrainingRun(self.config, self.paths, prepared, self._warm_start_source())
+        config, schedule = tuning.for_catalogue(self.config, self._vocabularies()[0].size - NUM_RESERVED)
+        return tuning.TrainingRun(config, self.paths, prepared, self._warm_start_source(), schedule)
 
     def _train(self) -> dict:
         """Item2Vec's vectors, or the two-tower model of ``tuning.train`` (tune on the holdout, then refit)."""
         if self.model_type == "item2vec":
             self._trained = self._item2vec_vectors()
             return {"vectors": list(self._trained.shape)}
-        self._trained, summary = tuning.train(self._training_run())
+        run = self._training_run()
+        if run.schedule:
+            logging.info("training on the schedule of a %s", run.schedule)
+        self._trained, summary = tuning.train(run)
         warm_start_lib.save_id_tables(self._trained, self.paths)
-        return summary
+        return {**summary, "schedule": run.schedule} if run.schedule else summary
 
     def _item2vec_vectors(self) -> np.ndarray:
         """Trains Item2Vec (or restores the finished training from its last checkpoint); vectors by item index."""

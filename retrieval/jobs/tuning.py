@@ -46,6 +46,7 @@ class TrainingRun:
     paths: artifacts.RunPaths
     data: handoff.PreparedData
     warm_start: Optional[artifacts.RunPaths] = None
+    schedule: Optional[str] = None  # what for_catalogue changed in config.train, if anything
 
     def vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
@@ -53,6 +54,26 @@ class TrainingRun:
     @property
     def tuning_checkpoints(self) -> Path:
         return self.paths.checkpoints / "tuning"
+
+
+LARGE_CATALOGUE_KEYS = ("epochs", "early_stopping_patience", "min_learning_rate_ratio", "eval_max_users",
+                        "refit_epochs")  # the train.* keys train.large_catalogue replaces
+
+
+def for_catalogue(config: ml_collections.ConfigDict, n_items: int) -> tuple[ml_collections.ConfigDict, Optional[str]]:
+    """The config training runs for a catalogue of ``n_items`` items, and a note when it differs from ``config``:
+    from ``train.large_catalogue_items`` items on (when > 0), the ``train.large_catalogue`` values replace their
+    ``train.*`` namesakes (a shorter schedule with a warm refit and a sampled validation, for catalogues where the
+    configured one would take too long: docs/objectives.md, "Which objective, for which data")."""
+    t = config.train
+    if not t.large_catalogue_items or n_items < t.large_catalogue_items:
+        return config, None
+    effective = ml_collections.ConfigDict(config.to_dict())
+    for key in LARGE_CATALOGUE_KEYS:
+        effective.train[key] = t.large_catalogue[key]
+    note = (f"large catalogue ({n_items:,} items >= train.large_catalogue_items {t.large_catalogue_items:,}): "
+            + ", ".join(f"train.{key}={t.large_catalogue[key]}" for key in LARGE_CATALOGUE_KEYS))
+    return effective, note
 
 
 def train(run: TrainingRun) -> tuple[Any, dict]:

@@ -73,13 +73,31 @@ def _model_weights(directory) -> dict:
             if name.startswith("model/") and "OPTIMIZER_SLOT" not in name and "tracker" not in name}
 
 
+def test_the_large_catalogue_schedule_replaces_its_namesakes_from_its_size_on(log_path):
+    config = make_config(log_path, **{**TUNING, "train.large_catalogue_items": 100})
+    assert tuning.for_catalogue(config, 99) == (config, None)
+    effective, note = tuning.for_catalogue(config, 100)
+    large = config.train.large_catalogue
+    assert [effective.train[key] for key in tuning.LARGE_CATALOGUE_KEYS] == [large[key] for key in
+                                                                              tuning.LARGE_CATALOGUE_KEYS]
+    assert effective.train.epochs == 12 != config.train.epochs == 6  # the given config is left as it was
+    assert note.startswith("large catalogue (100 items >= train.large_catalogue_items 100): train.epochs=12")
+    assert effective.model == config.model and effective.train.batch_size == config.train.batch_size
+    never = make_config(log_path, **{**TUNING, "train.large_catalogue_items": 0})
+    assert tuning.for_catalogue(never, 10**9) == (never, None)
+
+
 def test_a_warm_refit_continues_from_the_tuned_weights_at_the_learning_rate_of_the_best_epoch(log_path, tmp_path):
     # One epoch, the cap: the best epoch ends the cosine, where its learning rate is 0, so a refit that starts from
-    # the tuned weights ends on them exactly; one that started afresh (or anywhere else) would not.
-    config = make_config(log_path, **{**TUNING, "train.epochs": 1, "train.refit_epochs": 1, "train.min_learning_rate_ratio": 0.0})
-    job = TrainingJob(config, str(tmp_path), "warm")
+    # the tuned weights ends on them exactly; one that started afresh (or anywhere else) would not. The schedule comes
+    # from train.large_catalogue (every catalogue is large from 1 item on), over the configured 6 epochs.
+    large = {"train.large_catalogue_items": 1, "train.large_catalogue.epochs": 1, "train.large_catalogue.refit_epochs": 1,
+             "train.large_catalogue.min_learning_rate_ratio": 0.0, "train.large_catalogue.eval_max_users": 0,
+             "train.large_catalogue.early_stopping_patience": 2}
+    job = TrainingJob(make_config(log_path, **TUNING, **large), str(tmp_path), "warm")
     job.run()
     summary = job.stages.summary("train")
+    assert summary["schedule"].startswith("large catalogue (") and "train.refit_epochs=1" in summary["schedule"]
     tuned = summary["tuning"]
     assert summary["refit"] and tuned["best_epoch"] == 1 and tuned["best_learning_rate"] == 0.0
     examples = job.stages.summary("prepare")["examples"]["count"]
