@@ -107,7 +107,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         item_tower = ItemTower(item_vocab.size, c.embedding_dim, init, id_embedding_dim=c.item_tower.id_embedding_dim,
                                hidden_units=tuple(c.item_tower.hidden_units), features=item_features,
                                feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize,
-                               warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed)
+                               warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed,
+                               content_match=c.item_tower.content_match)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
@@ -123,7 +124,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize,
                            user_id_gate=c.user_tower.user_id_gate, sequence_encoder=sequence_encoder,
                            item_id_rows=item_tower.id_rows if item_tower is not None else None,
-                           item_features=item_tower.features if item_tower is not None else None)
+                           item_features=item_tower.features if item_tower is not None else None,
+                           content_projection=item_tower.content_projection if item_tower is not None else None)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,

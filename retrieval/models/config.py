@@ -132,6 +132,12 @@ MODEL = Section("model", (
     Key("item_tower.cold_view_weight", 0.0, number(0, 100),
         "With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the "
         "objective again with every candidate embedded as if it had no training interactions (TwoTowerModel)."),
+    Key("item_tower.content_match", False, flag(),
+        "With item features only: a linear map W of the item's feature encodings added to its vector, and the same W "
+        "of the mean of the history items' feature encodings added to the user vector, so the score gains a learned "
+        "content-match term (mean history features)^T W^T W (item features): the content profile's form (the "
+        "cold-item evaluation's content baseline) with a learned metric, beside the towers' MLPs. Pooled histories "
+        '(mean, attention) only. configs/catalogue.py sets it (JOURNAL.md, "Issue 35: a content-match term").'),
     Key("user_tower.share_item_embeddings", True, flag(),
         "Embed the watched items with the item tower's id table (True) or with a separate table (False). With "
         "objective.output_table the shared table is the output softmax weights (tied input/output embeddings)."),

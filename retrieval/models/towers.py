@@ -44,10 +44,12 @@ class ItemTower(tf.keras.layers.Layer):
     def __init__(self, vocab_size: int, output_dim: int, init: Initializers, *, id_embedding_dim: int,
                  hidden_units: Sequence[int] = (), features: Optional[Mapping[str, np.ndarray]] = None,
                  feature_embedding_dim: int = 16, l2_normalize: bool = False, warm: Optional[np.ndarray] = None,
-                 id_dropout: float = 0.0, seed: Optional[int] = None, name: str = "item_tower"):
+                 id_dropout: float = 0.0, seed: Optional[int] = None, content_match: bool = False,
+                 name: str = "item_tower"):
         """``warm`` ([V] bool, default all): which indices had training interactions; ``id_dropout``: the share of
-        ids read at the unknown-id row in training. Both apply only with ``features`` (without them an item is its
-        id)."""
+        ids read at the unknown-id row in training; ``content_match``: a linear path from the feature encodings to
+        the vector (``content_projection``, which the user tower shares). All apply only with ``features`` (without
+        them an item is its id)."""
         super().__init__(name=name)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(output_dim)
@@ -60,6 +62,9 @@ class ItemTower(tf.keras.layers.Layer):
                         if features else None)
         needs_projection = bool(features) or bool(hidden_units) or id_embedding_dim != output_dim
         self.mlp = mlp(hidden_units, output_dim, init, name="item_mlp") if needs_projection else None
+        self.content_projection = (tf.keras.layers.Dense(output_dim, use_bias=False, kernel_initializer=init.dense(),
+                                                         name="content_projection")
+                                   if features and content_match else None)
 
     @contextlib.contextmanager
     def features_only(self) -> Iterator[None]:
@@ -87,6 +92,8 @@ class ItemTower(tf.keras.layers.Layer):
             x = tf.concat([x, encoded_features], axis=-1)
         if self.mlp is not None:
             x = self.mlp(x)
+        if self.content_projection is not None:
+            x = x + self.content_projection(encoded_features)
         return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
 
 
@@ -105,10 +112,11 @@ class UserTower(tf.keras.layers.Layer):
                  feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
                  user_id_gate: float = 0.0, sequence_encoder: Optional[tf.keras.layers.Layer] = None,
                  item_id_rows: Optional[ItemIdRows] = None, item_features: Optional[FeatureTables] = None,
-                 name: str = "user_tower"):
+                 content_projection: Optional[tf.keras.layers.Layer] = None, name: str = "user_tower"):
         """``item_id_rows`` and ``item_features``: the item tower's (shared, not copies), so that history items read
         the rows the item tower reads (cold items and dropped ids: the unknown-id row) and add their projected
-        feature encodings."""
+        feature encodings. ``content_projection``: the item tower's, applied to the mean of the history items'
+        feature encodings and added to the output (pooled histories only, not a sequence encoder)."""
         super().__init__(name=name)
         self.output_dim = int(output_dim)
         self.l2_normalize = bool(l2_normalize)
@@ -128,6 +136,9 @@ class UserTower(tf.keras.layers.Layer):
         self.mlp = mlp(hidden_units, output_dim, init, name="user_mlp")
         self.item_id_rows = item_id_rows
         self.item_features = item_features
+        if content_projection is not None and (item_features is None or sequence_encoder is not None):
+            raise ValueError("content_projection needs item features and a pooled history (not a sequence encoder)")
+        self.content_projection = content_projection
         self.history_features = (tf.keras.layers.Dense(int(history_embedding.output_dim), use_bias=False,
                                                        kernel_initializer=init.dense(), name="history_features")
                                  if item_features is not None else None)
@@ -165,6 +176,9 @@ class UserTower(tf.keras.layers.Layer):
             positions = tf.shape(pooled)[1]
             parts = [pooled] + [tf.repeat(part[:, tf.newaxis], positions, axis=1) for part in parts[1:]]
         x = self.mlp(tf.concat(parts, axis=-1))
+        if self.content_projection is not None:  # W mean(features of the history): the content-match term's side
+            x = x + self.content_projection(masked_mean(self.item_features(history), mask,
+                                                        chunked=self.chunked_pooling))
         if self.user_id_gate:
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
                 1.0 - self.user_id_gate) * x

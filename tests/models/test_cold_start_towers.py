@@ -28,12 +28,14 @@ def item_features(vocab):
     return {"genres": genres, "year": rng.normal(size=vocab.size).astype(np.float32)}
 
 
-def model_of(vocab, item_features, dropout=0.0):
+def model_of(vocab, item_features, dropout=0.0, content_match=False, l2_normalize=True):
     config = default_config()
     config.embedding_dim = 6
+    config.l2_normalize = l2_normalize
     config.item_tower.id_embedding_dim = 6
     config.item_tower.feature_embedding_dim = 3
     config.item_tower.id_dropout = dropout
+    config.item_tower.content_match = content_match
     config.user_tower.hidden_units = (8,)
     config.user_tower.use_example_age = False
     users = Vocabulary.from_ids(["u0", "u1"])
@@ -89,8 +91,42 @@ def test_dropout_acts_in_training_only(vocab, item_features):
     assert not np.allclose(inference, model.item_tower(items, training=True).numpy())
 
 
-def test_the_exported_item_tower_reproduces_the_catalogue_vectors(vocab, item_features, tmp_path):
-    model = model_of(vocab, item_features, dropout=0.3)
+def test_the_content_match_term_adds_the_same_map_of_item_and_mean_history_features(vocab, item_features):
+    model = model_of(vocab, item_features, content_match=True, l2_normalize=False)
+    items, users = model.item_tower, model.user_tower
+    assert users.content_projection is items.content_projection  # one W, shared
+    indices = tf.constant([2, 5, 2 + WARM], tf.int32)  # warm and cold
+    vectors = items(indices).numpy()
+    w = items.content_projection.kernel.numpy()  # [feature width, d]
+    features = items.features(indices).numpy()
+    mlp_only = items.mlp(tf.concat([items.id_embedding(items.id_rows(indices)), features], axis=-1)).numpy()
+    np.testing.assert_allclose(vectors, mlp_only + features @ w, rtol=1e-5, atol=1e-6)
+
+    history, user = tf.constant([[3, 2 + WARM, 7, 0, 0]]), tf.constant([2])
+    with_term = model.user_vectors(user, history).numpy()
+    users.content_projection = None
+    try:
+        without = model.user_vectors(user, history).numpy()
+    finally:
+        users.content_projection = items.content_projection
+    mean_features = items.features(tf.constant([3, 2 + WARM, 7])).numpy().mean(axis=0)  # padding left out
+    np.testing.assert_allclose(with_term - without, (mean_features @ w)[None], rtol=1e-5, atol=1e-6)
+
+
+def test_the_content_match_term_needs_a_pooled_history():
+    from configs.catalogue import get_config
+    from retrieval.jobs.config_checks import config_problems
+
+    config = get_config()
+    config.model.item_tower.content_match = True
+    assert not [key for key, _ in config_problems(config) if key == "model.item_tower.content_match"]
+    config.model.user_tower.pooling = "self_attention"
+    assert any(key == "model.item_tower.content_match" for key, _ in config_problems(config))
+
+
+@pytest.mark.parametrize("content_match", [False, True])
+def test_the_exported_item_tower_reproduces_the_catalogue_vectors(vocab, item_features, tmp_path, content_match):
+    model = model_of(vocab, item_features, dropout=0.3, content_match=content_match)
     expected = model.catalogue_vectors()
     export.export_item_tower(model, vocab, tmp_path / "item_tower")
     loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
