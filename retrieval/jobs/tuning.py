@@ -56,10 +56,6 @@ class TrainingRun:
         return self.paths.checkpoints / "tuning"
 
 
-LARGE_CATALOGUE_KEYS = ("epochs", "early_stopping_patience", "min_learning_rate_ratio", "eval_max_users",
-                        "refit_epochs")  # the train.* keys train.large_catalogue replaces
-
-
 def for_catalogue(config: ml_collections.ConfigDict, n_items: int) -> tuple[ml_collections.ConfigDict, Optional[str]]:
     """The config training runs for a catalogue of ``n_items`` items, and a note when it differs from ``config``:
     from ``train.large_catalogue_items`` items on (when > 0), the ``train.large_catalogue`` values replace their
@@ -69,10 +65,10 @@ def for_catalogue(config: ml_collections.ConfigDict, n_items: int) -> tuple[ml_c
     if not t.large_catalogue_items or n_items < t.large_catalogue_items:
         return config, None
     effective = ml_collections.ConfigDict(config.to_dict())
-    for key in LARGE_CATALOGUE_KEYS:
-        effective.train[key] = t.large_catalogue[key]
+    replaced = dict(t.large_catalogue.items())  # the keys settings.TRAIN declares under large_catalogue
+    effective.train.update(replaced)
     note = (f"large catalogue ({n_items:,} items >= train.large_catalogue_items {t.large_catalogue_items:,}): "
-            + ", ".join(f"train.{key}={t.large_catalogue[key]}" for key in LARGE_CATALOGUE_KEYS))
+            + ", ".join(f"train.{key}={value}" for key, value in replaced.items()))
     return effective, note
 
 
