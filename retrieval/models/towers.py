@@ -148,8 +148,9 @@ class UserTower(tf.keras.layers.Layer):
         mask = history >= MASK_BELOW
         rows = history if self.item_id_rows is None else self.item_id_rows(history, training=training)
         watched = self.history_embedding(rows)
-        if self.item_features is not None:
-            watched = watched + self.history_features(self.item_features(history))
+        history_features = self.item_features(history) if self.item_features is not None else None
+        if history_features is not None:
+            watched = watched + self.history_features(history_features)
         if self.sequence_encoder is not None:
             states = self.sequence_encoder(watched, mask, training=training)
             pooled = states if every_position else states[:, 0]
@@ -177,8 +178,7 @@ class UserTower(tf.keras.layers.Layer):
             parts = [pooled] + [tf.repeat(part[:, tf.newaxis], positions, axis=1) for part in parts[1:]]
         x = self.mlp(tf.concat(parts, axis=-1))
         if self.content_projection is not None:  # W mean(features of the history): the content-match term's side
-            x = x + self.content_projection(masked_mean(self.item_features(history), mask,
-                                                        chunked=self.chunked_pooling))
+            x = x + self.content_projection(masked_mean(history_features, mask, chunked=self.chunked_pooling))
         if self.user_id_gate:
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
                 1.0 - self.user_id_gate) * x
