@@ -91,7 +91,7 @@ class _UserEncoderModule(tf.Module):
 
 class _ItemEncoderModule(tf.Module):
     """The exported item encoder: ``item_id`` -> id row (warm ids their index, anything else OOV), coded features ->
-    ``ItemTower.encode``. ``variables`` lists every variable the tower reads, so that saving tracks them."""
+    ``ItemTower.embed_values``. ``variables`` lists every variable the tower reads, so that saving tracks them."""
 
     def __init__(self, tower, warm_ids: np.ndarray, warm_indices: np.ndarray, variables: Sequence[tf.Variable]):
         super().__init__(name="item_encoder")
@@ -106,7 +106,7 @@ class _ItemEncoderModule(tf.Module):
         rows = tf.cast(self.id_table.lookup(item_id), tf.int32)
         names = self._tower.features.names
         values = {name: coded[f"feature_{i}"] for i, name in enumerate(names)}
-        return {"embedding": tf.cast(self._tower.encode(rows, self._tower.features.encode(values, 1)), tf.float32)}
+        return {"embedding": tf.cast(self._tower.embed_values(rows, values), tf.float32)}
 
 
 def export_item_tower(model: TwoTowerModel, item_vocab: Vocabulary, path: PathLike) -> None:

@@ -10,12 +10,11 @@ training history, in two ways:
   question of a "new arrivals" shelf.
 
 Beside the model, in the same run on the same users, the content baseline (``content/``): each item is the TF-IDF
-vector of its coded features (every categorical value, multi value and text token a term; each feature's block
-L2-normalised so that every feature weighs the same; numeric features as standardised values), the user is the mean
-of her training items' vectors, and the score is their cosine (the classic content-based profile, Lops et al. 2011,
-"Content-based recommender systems", section 3.1). ``paired/content/...`` is the model minus the baseline per user,
-with a 95% bootstrap interval and a sign-flip p-value (``bootstrap.paired_comparison``). Written by hand: none of the
-dependencies scores a user profile against item feature vectors.
+vector of its coded features (``retrieval.data.content``), the user is the mean of her training items' vectors, and
+the score is their cosine (the classic content-based profile, Lops et al. 2011, "Content-based recommender
+systems", section 3.1). ``paired/content/...`` is the model minus the baseline per user, with a 95% bootstrap
+interval and a sign-flip p-value (``bootstrap.paired_comparison``). Written by hand: none of the dependencies scores
+a user profile against item feature vectors.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from retrieval.data.features import KINDS, FeatureSpec
+from retrieval.data import content as content_lib
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.evaluation import bootstrap, ranking
 from retrieval.evaluation import csr as csr_lib
@@ -35,42 +34,13 @@ from retrieval.settings import CI_METRICS
 PREFIX = "cold_items/"
 
 
-def _normalize_rows(matrix: sp.csr_matrix) -> sp.csr_matrix:
-    norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel())
-    return sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ matrix
-
-
-def content_vectors(arrays: Mapping[str, np.ndarray], specs: Sequence[FeatureSpec]) -> sp.csr_matrix:
-    """[V, terms] item content vectors from per-index coded feature arrays (``features.feature_arrays``): TF-IDF
-    over the coded values of categorical, multi and text features, standardised numeric values, each feature's block
-    L2-normalised, then each row (see the module docstring). Rows without features are zero."""
-    blocks = []
-    for spec in specs:
-        codes = np.asarray(arrays[spec.name])
-        n_rows = len(codes)
-        if KINDS[spec.kind].numeric:
-            values = codes.reshape(n_rows, -1).astype(np.float64)
-            blocks.append(_normalize_rows(sp.csr_matrix(values)))
-            continue
-        codes = codes.reshape(n_rows, -1)
-        rows = np.repeat(np.arange(n_rows), codes.shape[1])
-        flat = codes.ravel()
-        kept = flat > 0
-        counts = sp.csr_matrix((np.ones(int(kept.sum())), (rows[kept], flat[kept] - 1)),
-                               shape=(n_rows, spec.num_codes - 1))
-        documents = np.bincount(counts.indices, minlength=counts.shape[1])
-        idf = np.log((1.0 + n_rows) / (1.0 + documents)) + 1.0  # smoothed IDF, scikit-learn's convention
-        blocks.append(_normalize_rows(counts @ sp.diags(idf)))
-    return _normalize_rows(sp.hstack(blocks, format="csr")) if blocks else sp.csr_matrix((0, 0))
-
-
 def content_scorer(items: sp.csr_matrix, train: csr_lib.Csr, columns: np.ndarray) -> ranking.Scorer:
     """Cosine of each user's profile (the mean of her training items' content vectors) with the content vectors of
     the catalogue indices ``columns`` (in that order; rows 0 and 1 score -inf: padding and OOV)."""
-    items = _normalize_rows(sp.csr_matrix(items))
+    items = content_lib.normalize_rows(sp.csr_matrix(items))
     rows, cols = csr_lib.to_pairs(train)
     incidence = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(train.n_rows, items.shape[0]))
-    profiles = _normalize_rows(incidence @ items)
+    profiles = content_lib.normalize_rows(incidence @ items)
     candidates = items[columns].T.tocsc()
 
     def score(user_rows: np.ndarray) -> np.ndarray:
@@ -115,7 +85,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, warm: np.ndarra
       item_vectors: [V, d] by catalogue index (normalised for cosine).
       warm: [V] bool, which indices had training interactions (rows 0 and 1 are never ranked either way).
       train, test: [U, V] interactions by catalogue index.
-      content: [V, terms] content vectors (``content_vectors``), or None for no content baseline.
+      content: [V, terms] content vectors (``retrieval.data.content``), or None for no content baseline.
     """
     ks = sorted({int(k) for k in ks})
     cold = np.flatnonzero(~np.asarray(warm, bool))

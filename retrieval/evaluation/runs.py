@@ -23,7 +23,7 @@ from absl import logging
 
 from retrieval import artifacts
 from retrieval.data import catalogue as catalogue_lib
-from retrieval.data import features
+from retrieval.data import content, features
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.evaluation import baselines as baselines_lib
@@ -74,7 +74,7 @@ def _item_counts(train_path, catalogue: np.ndarray) -> np.ndarray:
 
 
 def _content(paths: artifacts.RunPaths, catalogue: np.ndarray):
-    """Content vectors of the catalogue (``cold_items.content_vectors``) from the run's item feature table, coded by
+    """Content vectors of the catalogue (``retrieval.data.content``) from the run's item feature table, coded by
     its saved specs; None (logged) when the run has no specs or the table is gone."""
     config = loading.read_json_if_present(paths.config).get("data", {})
     path = config.get("item_features_path")
@@ -85,7 +85,7 @@ def _content(paths: artifacts.RunPaths, catalogue: np.ndarray):
     vocabulary = Vocabulary(catalogue, np.zeros(len(catalogue), np.int64))
     arrays = catalogue_lib.feature_arrays(path, id_column, config.get("item_features", ""), "data.item_features",
                                           vocabulary, specs)
-    return cold_items.content_vectors(arrays, specs)
+    return content.content_vectors(arrays)
 
 
 def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> ranking.Scorer:

@@ -263,9 +263,12 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
     if c.get("model.objective.output_table") and not sampled:
         yield "model.objective.output_table", ("the output table needs sampled negatives: "
                                                f"{model_config.sampled_objectives()}")
-    if c.get("model.item_tower.content_match") and c.get("model.user_tower.pooling") == "self_attention":
-        yield "model.item_tower.content_match", ("the content-match term pools the history's features: it needs "
-                                                 "model.user_tower.pooling 'mean' or 'attention'")
+    for key, what in (("content_match", "the content-match term"), ("content_profile_weight", "the content profile")):
+        if c.get(f"model.item_tower.{key}") and c.get("model.user_tower.pooling") == "self_attention":
+            yield f"model.item_tower.{key}", (f"{what} pools the history's features: it needs "
+                                              "model.user_tower.pooling 'mean' or 'attention'")
+    if c.get("model.item_tower.content_profile_weight") and c.get("model.objective.output_table"):
+        yield "model.item_tower.content_profile_weight", "the content profile needs the item tower, not output_table"
     if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":
         yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:

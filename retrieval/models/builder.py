@@ -13,6 +13,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import config as config_lib
+from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.sequence_encoder import SelfAttentionEncoder
@@ -100,6 +101,9 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         pooling = "mean"
     init = Initializers(c.seed)
     item_tower, output_table = None, None
+    content_profile = (ContentProfile(item_features, c.item_tower.content_profile_dim,
+                                      c.item_tower.content_profile_weight, c.seed)
+                       if item_features and c.item_tower.content_profile_weight > 0 else None)
     if c.objective.output_table:
         output_table = OutputTable(item_vocab.size, c.embedding_dim, init, l2_normalize=c.l2_normalize)
         item_table = output_table.weights_table
@@ -108,7 +112,7 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                                hidden_units=tuple(c.item_tower.hidden_units), features=item_features,
                                feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize,
                                warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed,
-                               content_match=c.item_tower.content_match)
+                               content_match=c.item_tower.content_match, content_profile=content_profile)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
@@ -125,7 +129,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            user_id_gate=c.user_tower.user_id_gate, sequence_encoder=sequence_encoder,
                            item_id_rows=item_tower.id_rows if item_tower is not None else None,
                            item_features=item_tower.features if item_tower is not None else None,
-                           content_projection=item_tower.content_projection if item_tower is not None else None)
+                           content_projection=item_tower.content_projection if item_tower is not None else None,
+                           content_profile=item_tower.content_profile if item_tower is not None else None)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,

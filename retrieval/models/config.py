@@ -138,6 +138,15 @@ MODEL = Section("model", (
         "content-match term (mean history features)^T W^T W (item features): the content profile's form (the "
         "cold-item evaluation's content baseline) with a learned metric, beside the towers' MLPs. Pooled histories "
         '(mean, attention) only. configs/catalogue.py sets it (JOURNAL.md, "Issue 35: a content-match term").'),
+    Key("item_tower.content_profile_weight", 0.0, number(0, 100),
+        "With item features only: the weight g of the content profile's score in the towers' score, u.v + g cos(profile, "
+        "item): each item vector gains the item's TF-IDF content vector (the cold-item evaluation's content baseline) "
+        "projected to content_profile_dim coordinates, times sqrt(g), and the user vector the normalised mean of the "
+        "history's, times sqrt(g); fixed coordinates, not trained (retrieval.models.content_profile). The exported "
+        "vectors are then compared by inner product. Pooled histories (mean, attention) only. 0: off."),
+    Key("item_tower.content_profile_dim", 64, DIM,
+        "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
+        "vectors (all terms, exactly, when there are at most this many)."),
     Key("user_tower.share_item_embeddings", True, flag(),
         "Embed the watched items with the item tower's id table (True) or with a separate table (False). With "
         "objective.output_table the shared table is the output softmax weights (tied input/output embeddings)."),

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import (
     MASK_BELOW,
     AttentionPooling,
@@ -45,11 +46,12 @@ class ItemTower(tf.keras.layers.Layer):
                  hidden_units: Sequence[int] = (), features: Optional[Mapping[str, np.ndarray]] = None,
                  feature_embedding_dim: int = 16, l2_normalize: bool = False, warm: Optional[np.ndarray] = None,
                  id_dropout: float = 0.0, seed: Optional[int] = None, content_match: bool = False,
-                 name: str = "item_tower"):
+                 content_profile: Optional[ContentProfile] = None, name: str = "item_tower"):
         """``warm`` ([V] bool, default all): which indices had training interactions; ``id_dropout``: the share of
         ids read at the unknown-id row in training; ``content_match``: a linear path from the feature encodings to
-        the vector (``content_projection``, which the user tower shares). All apply only with ``features`` (without
-        them an item is its id)."""
+        the vector (``content_projection``, which the user tower shares); ``content_profile``: fixed content
+        coordinates appended to the vector (``content_profile.ContentProfile``, shared with the user tower). All
+        apply only with ``features`` (without them an item is its id)."""
         super().__init__(name=name)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(output_dim)
@@ -65,6 +67,7 @@ class ItemTower(tf.keras.layers.Layer):
         self.content_projection = (tf.keras.layers.Dense(output_dim, use_bias=False, kernel_initializer=init.dense(),
                                                          name="content_projection")
                                    if features and content_match else None)
+        self.content_profile = content_profile if features else None
 
     @contextlib.contextmanager
     def features_only(self) -> Iterator[None]:
@@ -82,11 +85,20 @@ class ItemTower(tf.keras.layers.Layer):
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:
             return self.encode(indices, None)
-        return self.encode(self.id_rows(indices, training=training), self.features(indices))
+        content = self.content_profile.lookup(indices) if self.content_profile is not None else None
+        return self.encode(self.id_rows(indices, training=training), self.features(indices), content)
 
-    def encode(self, id_rows: tf.Tensor, encoded_features: Optional[tf.Tensor]) -> tf.Tensor:
-        """Item vectors from id-table rows [...] and the feature encodings [..., width] (``FeatureTables.encode``):
-        the exported item encoder embeds items of a new catalogue table through this (``retrieval.export``)."""
+    def embed_values(self, id_rows: tf.Tensor, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """Item vectors [N, d] from id-table rows [N] and coded feature values (``FeatureTables.encode``'s input):
+        the exported item encoder embeds the items of a new catalogue table through this (``retrieval.export``)."""
+        content = (self.content_profile.scale * self.content_profile.encode(values)
+                   if self.content_profile is not None else None)
+        return self.encode(id_rows, self.features.encode(values, 1), content)
+
+    def encode(self, id_rows: tf.Tensor, encoded_features: Optional[tf.Tensor],
+               content: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """Item vectors from id-table rows [...], the feature encodings [..., width] (``FeatureTables.encode``) and
+        the scaled content coordinates [..., k] (``ContentProfile``), appended after the normalisation."""
         x = self.id_embedding(id_rows)
         if encoded_features is not None:
             x = tf.concat([x, encoded_features], axis=-1)
@@ -94,7 +106,9 @@ class ItemTower(tf.keras.layers.Layer):
             x = self.mlp(x)
         if self.content_projection is not None:
             x = x + self.content_projection(encoded_features)
-        return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
+        if self.l2_normalize:
+            x = tf.math.l2_normalize(x, axis=-1)
+        return x if content is None else tf.concat([x, content], axis=-1)
 
 
 class UserTower(tf.keras.layers.Layer):
@@ -112,11 +126,13 @@ class UserTower(tf.keras.layers.Layer):
                  feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
                  user_id_gate: float = 0.0, sequence_encoder: Optional[tf.keras.layers.Layer] = None,
                  item_id_rows: Optional[ItemIdRows] = None, item_features: Optional[FeatureTables] = None,
-                 content_projection: Optional[tf.keras.layers.Layer] = None, name: str = "user_tower"):
+                 content_projection: Optional[tf.keras.layers.Layer] = None,
+                 content_profile: Optional[ContentProfile] = None, name: str = "user_tower"):
         """``item_id_rows`` and ``item_features``: the item tower's (shared, not copies), so that history items read
         the rows the item tower reads (cold items and dropped ids: the unknown-id row) and add their projected
         feature encodings. ``content_projection``: the item tower's, applied to the mean of the history items'
-        feature encodings and added to the output (pooled histories only, not a sequence encoder)."""
+        feature encodings and added to the output; ``content_profile``: the item tower's, whose history profile is
+        appended to the output (both: pooled histories only, not a sequence encoder)."""
         super().__init__(name=name)
         self.output_dim = int(output_dim)
         self.l2_normalize = bool(l2_normalize)
@@ -136,9 +152,12 @@ class UserTower(tf.keras.layers.Layer):
         self.mlp = mlp(hidden_units, output_dim, init, name="user_mlp")
         self.item_id_rows = item_id_rows
         self.item_features = item_features
-        if content_projection is not None and (item_features is None or sequence_encoder is not None):
-            raise ValueError("content_projection needs item features and a pooled history (not a sequence encoder)")
+        for content_part in (content_projection, content_profile):
+            if content_part is not None and (item_features is None or sequence_encoder is not None):
+                raise ValueError(f"{content_part.name} needs item features and a pooled history (not a sequence "
+                                 "encoder)")
         self.content_projection = content_projection
+        self.content_profile = content_profile
         self.history_features = (tf.keras.layers.Dense(int(history_embedding.output_dim), use_bias=False,
                                                        kernel_initializer=init.dense(), name="history_features")
                                  if item_features is not None else None)
@@ -182,4 +201,16 @@ class UserTower(tf.keras.layers.Layer):
         if self.user_id_gate:
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
                 1.0 - self.user_id_gate) * x
-        return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
+        if self.content_profile is not None:
+            x = tf.concat([x, self.content_profile.profile(history, mask, chunked=self.chunked_pooling)], axis=-1)
+        return self.normalize(x)
+
+    def normalize(self, x: tf.Tensor) -> tf.Tensor:
+        """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): the towers' part
+        L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``."""
+        if self.content_profile is None:
+            return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
+        own, profile = x[..., :self.output_dim], x[..., self.output_dim:]
+        if self.l2_normalize:
+            own = tf.math.l2_normalize(own, axis=-1)
+        return tf.concat([own, self.content_profile.scale * tf.math.l2_normalize(profile, axis=-1)], axis=-1)

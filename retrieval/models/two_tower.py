@@ -71,8 +71,10 @@ class TwoTowerModel(tfrs.Model):
 
     @property
     def metric(self) -> str:
-        """Similarity of the exported vectors: "cosine" when both towers are L2-normalised, else "dot"."""
-        normalized = self.item_tower is not None and self.item_tower.l2_normalize and self.user_tower.l2_normalize
+        """Similarity of the exported vectors: "cosine" when both towers are L2-normalised (and no content-profile
+        coordinates are appended), else "dot"."""
+        normalized = (self.item_tower is not None and self.item_tower.l2_normalize and self.user_tower.l2_normalize
+                      and self.item_tower.content_profile is None)
         return "cosine" if normalized else "dot"
 
     @property
@@ -162,8 +164,7 @@ class TwoTowerModel(tfrs.Model):
             per_part = self.user_tower({"user": tf.repeat(user, tf.shape(parts)[1]),
                                         "history": tf.reshape(parts, [-1, self.inference_part_size])})
             query = masked_mean(tf.reshape(per_part, [tf.shape(parts)[0], tf.shape(parts)[1], -1]), used)
-            if self.user_tower.l2_normalize:
-                query = tf.math.l2_normalize(query, axis=-1)
+            query = self.user_tower.normalize(query)
         else:
             query = self.user_tower({"user": user, "history": history})
         if self.output_table is None:

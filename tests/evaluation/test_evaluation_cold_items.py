@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from retrieval.data.features import FeatureSpec
 from retrieval.evaluation import cold_items
 from retrieval.evaluation import csr as csr_lib
 
@@ -48,28 +47,6 @@ def test_no_cold_test_pair_gives_counts_only():
     out = cold_items.evaluate(rng.normal(size=(4, D)), rng.normal(size=(V, D)), np.ones(V, bool), csr(TRAIN),
                               csr(TEST), None, ks=(1,))
     assert out == {"count/cold_items/items": 0, "count/cold_items/test_pairs": 0, "count/cold_items/eval_users": 0}
-
-
-def test_content_vectors_are_tf_idf_blocks_of_equal_weight():
-    genres = np.array([[0, 0], [0, 0], [1, 2], [1, 0], [3, 0]], np.int32)  # codes 1..3, 0 missing
-    year = np.array([0, 0, 1.0, -1.0, 0.5], np.float32)
-    specs = [FeatureSpec("genres", "multi", ("a", "b", "c"), max_values=2), FeatureSpec("year", "numeric")]
-    got = cold_items.content_vectors({"genres": genres, "year": year}, specs).toarray()
-    n = 5
-    documents = np.array([2, 1, 1])
-    idf = np.log((1 + n) / (1 + documents)) + 1
-    counts = np.zeros((n, 3))
-    for row, codes in enumerate(genres):
-        for code in codes[codes > 0]:
-            counts[row, code - 1] += 1
-    block = counts * idf
-    block /= np.maximum(np.linalg.norm(block, axis=1, keepdims=True), 1e-300)
-    block[~np.isfinite(block)] = 0
-    numeric = np.sign(year)[:, None]  # a one-column block normalised: its sign
-    expected = np.hstack([block, numeric])
-    norms = np.linalg.norm(expected, axis=1, keepdims=True)
-    expected = np.divide(expected, norms, out=np.zeros_like(expected), where=norms > 0)
-    np.testing.assert_allclose(got, expected, rtol=1e-6)
 
 
 def test_content_scorer_is_the_cosine_of_the_profile():

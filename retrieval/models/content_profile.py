@@ -1,0 +1,85 @@
+"""Content-profile coordinates: the content-based profile's score as fixed coordinates of the two towers' vectors.
+
+With weight ``g`` the item vector gains ``sqrt(g) c_i`` and the user vector ``sqrt(g) p_u``, where ``c_i = P^T x_i``
+is the item's TF-IDF content vector ``x_i`` (``retrieval.data.content``) projected on the top right singular vectors
+``P`` of the catalogue's content matrix, and ``p_u`` the L2-normalised mean of ``c_i`` over the user's history. The
+score becomes ``u^T v + g p_u^T c_i``: the towers' score plus ``g`` times the content profile's cosine (Lops et al.
+2011, section 3.1; exact when the catalogue has at most ``dim`` terms, ``P = I``), in one inner-product index. The
+coordinates are not trained: the towers learn the rest (in training the logits carry the term too). Items nobody
+clicked share every coordinate of their content with the items a user did click, token for token, which the
+towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained).
+
+``lookup(indices)`` reads the catalogue's coordinates (computed once, at build, by ``encode``); ``encode(values)``
+computes them from coded feature values, so the exported item tower embeds the items of a new catalogue table the
+same way (``retrieval.jobs.refresh``). Written by hand: none of the dependencies projects TF-IDF vectors in a graph.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import tensorflow as tf
+
+import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+from retrieval.data import content
+from retrieval.models.layers import masked_mean
+
+_BATCH = 8192  # catalogue rows encoded per call at build
+
+
+class ContentProfile(tf.keras.layers.Layer):
+    """Fixed content coordinates of items ``[..., k]`` and of user histories ``[B, k]`` (module docstring)."""
+
+    def __init__(self, tables: Mapping[str, np.ndarray], dim: int, weight: float, seed: int = 0,
+                 name: str = "content_profile"):
+        """``tables``: the catalogue's per-index feature tables (``FeatureTables``' input); ``dim``: the most
+        coordinates (fewer when the catalogue has fewer terms); ``weight``: ``g``; ``seed``: the SVD's start."""
+        super().__init__(name=name, trainable=False)
+        self.blocks = content.layout(tables)
+        basis = content.projection(content.content_vectors(tables, self.blocks), dim, seed).astype(np.float32)
+        self.dim = int(basis.shape[1])
+        self.scale = float(np.sqrt(weight))
+        self._weights, self._idf = {}, {}
+        for block in self.blocks:
+            rows = basis[block.offset:block.offset + block.width]
+            if not block.numeric:  # row c: code c's column of P times its IDF; code 0 (missing) a zero row
+                rows = np.concatenate([np.zeros([1, self.dim], np.float32), rows * block.idf[1:, None]])
+                self._idf[block.name] = tf.constant(block.idf, tf.float32)
+            self._weights[block.name] = tf.constant(rows, tf.float32)
+        size = len(next(iter(tables.values())))
+        coordinates = [self.encode({name: np.asarray(table)[start:start + _BATCH] for name, table in tables.items()})
+                       for start in range(0, size, _BATCH)]
+        self.catalogue = tf.Variable(tf.concat(coordinates, axis=0), trainable=False, name="catalogue")
+
+    def encode(self, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
+        """``P^T x`` [N, k] of coded feature values (each ``[N]`` or ``[N, M]``, as ``FeatureTables`` holds them):
+        each feature's block L2-normalised, then the row, as ``content.content_vectors`` does before projecting."""
+        total, blocks_present = 0.0, 0.0
+        for block in self.blocks:
+            coded = tf.convert_to_tensor(values[block.name])
+            if block.numeric:
+                x = tf.reshape(tf.cast(coded, tf.float32), [tf.shape(coded)[0], block.width])
+                norm = tf.norm(x, axis=-1)
+                projected = tf.matmul(x, self._weights[block.name])
+            else:
+                codes = tf.reshape(tf.cast(coded, tf.int32), [tf.shape(coded)[0], -1])
+                codes = tf.where(codes > block.width, 0, codes)  # codes no catalogue item had: no column
+                idf = tf.gather(self._idf[block.name], codes)
+                # |counts * idf|^2 = sum over position pairs holding the same code of idf^2.
+                same = tf.cast(tf.equal(codes[:, :, None], codes[:, None, :]), tf.float32)
+                norm = tf.sqrt(tf.einsum("nl,nlm,nm->n", idf, same, idf))
+                projected = tf.reduce_sum(tf.gather(self._weights[block.name], codes), axis=1)
+            present = norm > 0
+            total += projected / tf.where(present, norm, 1.0)[:, None]
+            blocks_present += tf.cast(present, tf.float32)
+        return total / tf.sqrt(tf.maximum(blocks_present, 1.0))[:, None]
+
+    def lookup(self, indices: tf.Tensor) -> tf.Tensor:
+        """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)``."""
+        return self.scale * tf.gather(self.catalogue, indices)
+
+    def profile(self, history: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:
+        """``sqrt(g) p_u`` [B, k]: the L2-normalised mean coordinates of the history's valid positions."""
+        return self.scale * tf.math.l2_normalize(masked_mean(tf.gather(self.catalogue, history), mask,
+                                                             chunked=chunked), axis=-1)

@@ -1,0 +1,117 @@
+"""Content-profile coordinates (``retrieval.models.content_profile``): the projected TF-IDF vectors against NumPy, and
+the towers' score plus g times the content baseline's cosine."""
+
+import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from retrieval import export
+from retrieval.data import content
+from retrieval.data.vocab import Vocabulary
+from retrieval.evaluation import cold_items
+from retrieval.evaluation import csr as csr_lib
+from retrieval.jobs.config_checks import config_problems
+from retrieval.models import build_model, default_config
+from retrieval.models.content_profile import ContentProfile
+
+WARM = 10  # items i0..i9 have interactions; c0..c3 are cold catalogue items
+DIM = 6
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    rng = np.random.default_rng(0)
+    warm = Vocabulary.from_ids([f"i{k}" for k in rng.integers(0, WARM, 500)])
+    return warm.with_catalogue([f"c{k}" for k in range(4)])
+
+
+@pytest.fixture(scope="module")
+def item_features(vocab):
+    rng = np.random.default_rng(1)
+    genres = rng.integers(0, 6, (vocab.size, 3)).astype(np.int32)  # 0 missing; repeated codes in a row happen
+    genres[:2] = 0
+    genres[5] = [2, 2, 4]
+    title = rng.integers(0, 9, (vocab.size, 4)).astype(np.int32)
+    title[:2] = 0
+    kind = rng.integers(1, 4, vocab.size).astype(np.int32)
+    kind[:2] = 0
+    return {"genres": genres, "title": title, "kind": kind, "year": rng.normal(size=vocab.size).astype(np.float32)}
+
+
+def model_of(vocab, item_features, weight, dim=64, l2_normalize=True):
+    config = default_config()
+    config.embedding_dim = DIM
+    config.l2_normalize = l2_normalize
+    config.item_tower.update({"id_embedding_dim": DIM, "feature_embedding_dim": 3, "id_dropout": 0.3,
+                              "content_profile_weight": weight, "content_profile_dim": dim})
+    config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
+    return build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
+
+
+@pytest.mark.parametrize("dim", [64, 5])
+def test_the_coordinates_are_the_projected_tf_idf_vectors(item_features, dim):
+    layer = ContentProfile(item_features, dim, weight=4.0, seed=0)
+    vectors = content.content_vectors(item_features)
+    basis = content.projection(vectors, dim, seed=0)
+    expected = vectors.toarray() @ basis
+    assert layer.dim == min(dim, vectors.shape[1])
+    np.testing.assert_allclose(layer.catalogue.numpy(), expected, atol=1e-5)
+    rows = tf.constant([3, 5, 0])
+    np.testing.assert_allclose(layer.lookup(rows).numpy(), 2.0 * expected[[3, 5, 0]], atol=1e-5)
+    if dim >= vectors.shape[1]:  # all terms kept: the coordinates' dot products are the content cosines
+        unit = expected[2:]
+        np.testing.assert_allclose(unit @ unit.T, (vectors[2:] @ vectors[2:].T).toarray(), atol=1e-5)
+
+
+def test_the_score_is_the_towers_score_plus_g_times_the_content_baselines_cosine(vocab, item_features):
+    weight = 0.7
+    model = model_of(vocab, item_features, weight)
+    assert model.metric == "dot"
+    histories = np.array([[3, 5, 12, 0], [7, 13, 0, 0], [4, 9, 11, 0]], np.int32)  # 12, 13: cold items
+    users = model.user_vectors(tf.constant([2, 3, 1]), tf.constant(histories)).numpy()
+    items = model.catalogue_vectors()
+    assert users.shape[1] == items.shape[1] > DIM
+    towers = users[:, :DIM] @ items[:, :DIM].T
+    np.testing.assert_allclose(np.linalg.norm(users[:, :DIM], axis=1), 1.0, rtol=1e-5)  # the towers' own cosine
+    # The content baseline of the cold-item evaluation, the histories as training items.
+    train = csr_lib.from_pairs(np.repeat(np.arange(3), 4)[histories.ravel() >= 2], histories.ravel()[
+        histories.ravel() >= 2], 3)
+    baseline = cold_items.content_scorer(content.content_vectors(item_features), train,
+                                         np.arange(vocab.size))(np.arange(3))[:, 2:]
+    np.testing.assert_allclose(users @ items.T - towers, weight * baseline, atol=1e-5)
+    exported = model.item_vectors(tf.constant([12, 13])).numpy()  # cold items: id row OOV, content intact
+    np.testing.assert_allclose(exported, items[10:12], rtol=1e-6)
+
+
+def test_the_exported_item_tower_computes_the_coordinates_from_coded_values(vocab, item_features, tmp_path):
+    model = model_of(vocab, item_features, 0.5, dim=5)
+    expected = model.catalogue_vectors()
+    export.export_item_tower(model, vocab, tmp_path / "item_tower")
+    loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
+    names = [n.decode() for n in loaded.feature_names.numpy()]
+    inputs = {f"feature_{i}": tf.constant(item_features[name][2:]) for i, name in enumerate(names)}
+    got = loaded.signatures["serving_default"](item_id=tf.constant(vocab.ids[2:].astype(str)), **inputs)
+    np.testing.assert_allclose(got["embedding"].numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_set_models_mean_of_parts_keeps_each_part_of_the_vector_normalised(vocab, item_features):
+    model = model_of(vocab, item_features, 0.25)
+    model.inference_part_size = 2
+    users = model.user_vectors(tf.constant([2]), tf.constant([[3, 5, 12, 7, 9]])).numpy()
+    np.testing.assert_allclose(np.linalg.norm(users[:, :DIM], axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(users[:, DIM:], axis=1), 0.5, rtol=1e-5)
+
+
+def test_the_content_profile_needs_a_pooled_history_and_the_item_tower():
+    from configs.catalogue import get_config
+
+    config = get_config()
+    config.model.item_tower.content_profile_weight = 0.3
+    assert not [key for key, _ in config_problems(config) if key == "model.item_tower.content_profile_weight"]
+    config.model.user_tower.pooling = "self_attention"
+    config.model.item_tower.content_match = False
+    assert any(key == "model.item_tower.content_profile_weight" for key, _ in config_problems(config))
+    config.model.user_tower.pooling = "mean"
+    config.model.objective.update({"name": "sampled_softmax", "output_table": True})
+    assert any(key == "model.item_tower.content_profile_weight" for key, _ in config_problems(config))
