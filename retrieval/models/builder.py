@@ -120,7 +120,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
     sequence_encoder = None
     if pooling == "self_attention":
         s = c.user_tower.sequence
-        sequence_encoder = SelfAttentionEncoder(c.max_history, s.num_blocks, s.num_heads, s.dropout, init)
+        sequence_encoder = SelfAttentionEncoder(c.max_history, s.num_blocks, s.num_heads, s.dropout, init,
+                                                item_mask=s.item_mask, seed=c.seed)
     user_tower = UserTower(history_embedding, c.embedding_dim, init, hidden_units=tuple(c.user_tower.hidden_units),
                            pooling=pooling, user_vocab_size=user_vocab.size,
                            user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,

@@ -163,6 +163,9 @@ MODEL = Section("model", (
         "input, the attention weights and the residual branches (training only)."),
     Key("user_tower.sequence.num_heads", 1, integer(1, MAX_DIM)),
     Key("user_tower.sequence.dropout", 0.2, number(0, 1, high_open=True)),
+    Key("user_tower.sequence.item_mask", 0.0, number(0, 1, high_open=True),
+        "The share of history items the encoder sees as a learned mask embedding in training (the item-mask "
+        "augmentation of CL4SRec, used as data augmentation; the targets stay as they were). 0: off."),
     Key("user_tower.sequence.every_position", True, flag(),
         "Train every position of the history at once: the state after each item predicts the item that followed it "
         "(SASRec's training; one example per user then covers all of the user's next-item targets: pair it with "

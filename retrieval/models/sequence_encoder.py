@@ -30,6 +30,7 @@ attention is empty (its output is masked and never read).
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import tensorflow as tf
 
@@ -120,10 +121,14 @@ class SelfAttentionEncoder(tf.keras.layers.Layer):
       num_blocks, num_heads: Transformer blocks and attention heads (SASRec: 2 and 1; the width must be a multiple
         of the heads).
       dropout: dropout rate on the input, the attention weights and every residual branch (training only).
+      item_mask: the share of history items replaced by a learned mask embedding in training (the "item mask"
+        augmentation of CL4SRec, Xie et al. 2022, section 4.2, used as data augmentation; BERT4Rec's [mask]): the
+        targets stay as they were, so a state learns to predict the next item with some of the past hidden.
+      seed: the seed of the mask's draws.
     """
 
     def __init__(self, max_positions: int, num_blocks: int, num_heads: int, dropout: float, init: Initializers,
-                 name: str = "sequence_encoder"):
+                 item_mask: float = 0.0, seed: Optional[int] = None, name: str = "sequence_encoder"):
         super().__init__(name=name)
         self.max_positions = int(max_positions)
         self.num_blocks = int(num_blocks)
@@ -131,6 +136,8 @@ class SelfAttentionEncoder(tf.keras.layers.Layer):
         self.rate = float(dropout)
         self._init = init
         self.input_dropout = tf.keras.layers.Dropout(self.rate)
+        # Keras's Dropout draws the seeded Bernoulli mask (a new draw every step).
+        self.item_mask = tf.keras.layers.Dropout(float(item_mask), seed=seed) if item_mask > 0 else None
         self.blocks: list[_Block] = []
         self.output_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8, name="output_norm")
 
@@ -142,6 +149,8 @@ class SelfAttentionEncoder(tf.keras.layers.Layer):
                                          initializer=self._init.embedding())
         self.blocks = [_Block(width, self.num_heads, self.rate, self._init, name=f"block_{i}")
                        for i in range(self.num_blocks)]
+        if self.item_mask is not None:
+            self.mask_embedding = self.add_weight("mask_embedding", shape=[width], initializer=self._init.embedding())
         super().build(input_shape)
 
     def call(self, embeddings: tf.Tensor, valid: tf.Tensor, training=None) -> tf.Tensor:
@@ -150,6 +159,9 @@ class SelfAttentionEncoder(tf.keras.layers.Layer):
         width = tf.maximum(1, tf.reduce_max(last_item_span(valid[:, :self.max_positions])))
         embeddings, valid = embeddings[:, :width], valid[:, :width]
         width = embeddings.shape[-1]
+        if training and self.item_mask is not None:
+            hidden = self.item_mask(tf.ones_like(embeddings[..., 0]), training=True) == 0
+            embeddings = tf.where(hidden[..., tf.newaxis], self.mask_embedding, embeddings)
         keep = tf.cast(valid, embeddings.dtype)[..., tf.newaxis]
         x = embeddings * math.sqrt(width) + self.positions[:tf.shape(embeddings)[1]]
         x = self.input_dropout(x, training=training) * keep

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from retrieval.data.vocab import Vocabulary
 from retrieval.models import build_model, default_config, sequence_encoder
+from retrieval.models.layers import Initializers
 from retrieval.models.sequence_encoder import causal_attention_mask, every_position_targets
 
 V_ITEMS, V_USERS, H = 14, 9, 6
@@ -135,3 +136,22 @@ def test_set_data_falls_back_to_mean_pooling(vocabs):
     swapped = HISTORY.copy()
     swapped[0, :2] = swapped[0, 1::-1]
     np.testing.assert_allclose(model(batch()).numpy()[0], model(batch(swapped)).numpy()[0], rtol=1e-5)
+
+
+def test_item_mask_hides_a_seeded_share_of_the_history_in_training_only():
+    init = Initializers(3)
+    encoder = sequence_encoder.SelfAttentionEncoder(40, 0, 1, 0.0, init, item_mask=0.25, seed=5)
+    rng = np.random.default_rng(0)
+    embeddings = tf.constant(rng.normal(size=(50, 40, 4)), tf.float32)
+    valid = tf.ones([50, 40], tf.bool)
+    plain = encoder(embeddings, valid, training=False).numpy()
+    # With no blocks the state is LayerNorm(sqrt(d) e + p): the masked positions are those of the mask embedding.
+    masked_input = tf.fill([50, 40, 4], 0.0) + encoder.mask_embedding
+    as_mask = encoder(masked_input, valid, training=False).numpy()
+    trained = encoder(embeddings, valid, training=True).numpy()
+    hidden = np.all(np.isclose(trained, as_mask, atol=1e-5), axis=-1)
+    kept = np.all(np.isclose(trained, plain, atol=1e-5), axis=-1)
+    assert (hidden ^ kept).all()  # every position is either the item's or the mask's
+    # 2,000 positions at p = 0.25: binomial sd 19.4; 5 sd
+    assert abs(int(hidden.sum()) - 500) < 5 * 19.4
+    np.testing.assert_allclose(encoder(embeddings, valid).numpy(), plain)  # inference never masks
