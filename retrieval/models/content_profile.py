@@ -4,10 +4,15 @@ With weight ``g`` the item vector gains ``sqrt(g) c_i`` and the user vector ``sq
 is the item's TF-IDF content vector ``x_i`` (``retrieval.data.content``) projected on the top right singular vectors
 ``P`` of the catalogue's content matrix, and ``p_u`` the L2-normalised mean of ``c_i`` over the user's history. The
 score becomes ``u^T v + g p_u^T c_i``: the towers' score plus ``g`` times the content profile's cosine (Lops et al.
-2011, section 3.1; exact when the catalogue has at most ``dim`` terms, ``P = I``), in one inner-product index. The
-coordinates are not trained: the towers learn the rest (in training the logits carry the term too). Items nobody
+2011, section 3.1; exact when the catalogue has at most ``dim`` terms, ``P = I``), in one inner-product index: a
+weighted hybrid (Burke 2002, "Hybrid recommender systems: survey and experiments", section 3.1). Items nobody
 clicked share every coordinate of their content with the items a user did click, token for token, which the
 towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained).
+
+The fusion is late: in training the coordinates are zeros (the towers train as they would without them), outside
+training they carry the term (validation, export, serving). Carrying the term in the training logits as well, so that
+the towers learn the rest, was measured worse on one of two validation seeds (JOURNAL.md, "Issue 35: the content
+profile").
 
 ``lookup(indices)`` reads the catalogue's coordinates (computed once, at build, by ``encode``); ``encode(values)``
 computes them from coded feature values, so the exported item tower embeds the items of a new catalogue table the
@@ -75,11 +80,17 @@ class ContentProfile(tf.keras.layers.Layer):
             blocks_present += tf.cast(present, tf.float32)
         return total / tf.sqrt(tf.maximum(blocks_present, 1.0))[:, None]
 
-    def lookup(self, indices: tf.Tensor) -> tf.Tensor:
-        """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)``."""
-        return self.scale * tf.gather(self.catalogue, indices)
+    def lookup(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)`` (zeros in training)."""
+        return self.scale_in(training) * tf.gather(self.catalogue, indices)
 
-    def profile(self, history: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:
-        """``sqrt(g) p_u`` [B, k]: the L2-normalised mean coordinates of the history's valid positions."""
-        return self.scale * tf.math.l2_normalize(masked_mean(tf.gather(self.catalogue, history), mask,
-                                                             chunked=chunked), axis=-1)
+    def profile(self, history: tf.Tensor, mask: tf.Tensor, *, training: bool = False,
+                chunked: bool = False) -> tf.Tensor:
+        """``sqrt(g) p_u`` [B, k]: the L2-normalised mean coordinates of the history's valid positions (zeros in
+        training)."""
+        return self.scale_in(training) * tf.math.l2_normalize(
+            masked_mean(tf.gather(self.catalogue, history), mask, chunked=chunked), axis=-1)
+
+    def scale_in(self, training: bool) -> float:
+        """The coordinates' factor: ``sqrt(g)``, 0 in training (late fusion, module docstring)."""
+        return 0.0 if training else self.scale

@@ -85,7 +85,7 @@ class ItemTower(tf.keras.layers.Layer):
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:
             return self.encode(indices, None)
-        content = self.content_profile.lookup(indices) if self.content_profile is not None else None
+        content = self.content_profile.lookup(indices, training) if self.content_profile is not None else None
         return self.encode(self.id_rows(indices, training=training), self.features(indices), content)
 
     def embed_values(self, id_rows: tf.Tensor, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
@@ -202,15 +202,18 @@ class UserTower(tf.keras.layers.Layer):
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
                 1.0 - self.user_id_gate) * x
         if self.content_profile is not None:
-            x = tf.concat([x, self.content_profile.profile(history, mask, chunked=self.chunked_pooling)], axis=-1)
-        return self.normalize(x)
+            x = tf.concat([x, self.content_profile.profile(history, mask, training=bool(training),
+                                                           chunked=self.chunked_pooling)], axis=-1)
+        return self.normalize(x, training=bool(training))
 
-    def normalize(self, x: tf.Tensor) -> tf.Tensor:
+    def normalize(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): the towers' part
-        L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``."""
+        L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)`` (0 in
+        training)."""
         if self.content_profile is None:
             return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
         own, profile = x[..., :self.output_dim], x[..., self.output_dim:]
         if self.l2_normalize:
             own = tf.math.l2_normalize(own, axis=-1)
-        return tf.concat([own, self.content_profile.scale * tf.math.l2_normalize(profile, axis=-1)], axis=-1)
+        scale = self.content_profile.scale_in(training)
+        return tf.concat([own, scale * tf.math.l2_normalize(profile, axis=-1)], axis=-1)

@@ -1,5 +1,5 @@
-"""Content-profile coordinates (``retrieval.models.content_profile``): the projected TF-IDF vectors against NumPy, and
-the towers' score plus g times the content baseline's cosine."""
+"""Content-profile coordinates (``retrieval.models.content_profile``): the projected TF-IDF vectors against NumPy, the
+towers' score plus g times the content baseline's cosine outside training, zeros in training."""
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
@@ -82,6 +82,15 @@ def test_the_score_is_the_towers_score_plus_g_times_the_content_baselines_cosine
     np.testing.assert_allclose(users @ items.T - towers, weight * baseline, atol=1e-5)
     exported = model.item_vectors(tf.constant([12, 13])).numpy()  # cold items: id row OOV, content intact
     np.testing.assert_allclose(exported, items[10:12], rtol=1e-6)
+
+
+def test_the_fusion_is_late_training_sees_zero_coordinates(vocab, item_features):
+    model = model_of(vocab, item_features, 0.7)
+    batch = {"user": tf.constant([2, 3]), "history": tf.constant([[3, 5, 12], [7, 0, 0]])}
+    trained_users = model(batch, training=True).numpy()
+    trained_items = model.item_tower(tf.constant([3, 12]), training=True).numpy()
+    assert not trained_users[:, DIM:].any() and not trained_items[:, DIM:].any()
+    assert model(batch).numpy()[:, DIM:].any() and model.item_tower(tf.constant([3, 12])).numpy()[:, DIM:].any()
 
 
 def test_the_exported_item_tower_computes_the_coordinates_from_coded_values(vocab, item_features, tmp_path):
