@@ -139,12 +139,11 @@ MODEL = Section("model", (
         "cold-item evaluation's content baseline) with a learned metric, beside the towers' MLPs. Pooled histories "
         '(mean, attention) only. configs/catalogue.py sets it (JOURNAL.md, "Issue 35: a content-match term").'),
     Key("item_tower.content_profile_weight", 0.0, number(0, 100),
-        "With item features only: the weight g of the content profile's score in a cold item's score, u.v + g "
-        "cos(profile, item): the vector of each item placed by its features alone gains its TF-IDF content vector (the "
-        "cold-item evaluation's content baseline) projected to content_profile_dim coordinates, times sqrt(g), the user "
-        "vector the normalised mean of the history's, times sqrt(g); warm items get zeros and rank as without it. Fixed "
-        "coordinates, outside training only (late fusion; retrieval.models.content_profile); the exported vectors are "
-        "then compared by inner product. Pooled histories (mean, attention) only. 0: off."),
+        "With item features only: the weight g of the content profile's score in the towers' score, u.v + g cos(profile, "
+        "item): each item vector gains the item's TF-IDF content vector (the cold-item evaluation's content baseline) "
+        "projected to content_profile_dim coordinates, times sqrt(g), and the user vector the normalised mean of the "
+        "history's, times sqrt(g); fixed coordinates, not trained (retrieval.models.content_profile). The exported "
+        "vectors are then compared by inner product. Pooled histories (mean, attention) only. 0: off."),
     Key("item_tower.content_profile_dim", 64, DIM,
         "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
         "vectors (all terms, exactly, when there are at most this many)."),

@@ -1,16 +1,13 @@
 """Content-profile coordinates: the content-based profile's score as fixed coordinates of the two towers' vectors.
 
-With weight ``g`` the vector of an item placed by its features alone (a cold item: it reads the unknown-id row) gains
-``sqrt(g) c_i``, and the user vector ``sqrt(g) p_u``, where ``c_i = P^T x_i`` is the item's TF-IDF content vector
-``x_i`` (``retrieval.data.content``) projected on the top right singular vectors ``P`` of the catalogue's content
-matrix, and ``p_u`` the L2-normalised mean of ``c_i`` over the user's history (warm and cold items alike). A cold
-item's score becomes ``u^T v + g p_u^T c_i``: the towers' score plus ``g`` times the content profile's cosine (Lops
-et al. 2011, section 3.1; exact when the catalogue has at most ``dim`` terms, ``P = I``), in one inner-product index.
-Items nobody clicked share every coordinate of their content with the items a user did click, token for token, which
-the towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained). Warm
-items get zero coordinates, so they rank as without the term: their id rows carry more than their content, and on
-validation the term cost warm items what it gave cold ones (a switching hybrid by the item's state, Burke 2002,
-"Hybrid recommender systems: survey and experiments", section 3.2).
+With weight ``g`` the item vector gains ``sqrt(g) c_i`` and the user vector ``sqrt(g) p_u``, where ``c_i = P^T x_i``
+is the item's TF-IDF content vector ``x_i`` (``retrieval.data.content``) projected on the top right singular vectors
+``P`` of the catalogue's content matrix, and ``p_u`` the L2-normalised mean of ``c_i`` over the user's history. The
+score becomes ``u^T v + g p_u^T c_i``: the towers' score plus ``g`` times the content profile's cosine (Lops et al.
+2011, section 3.1; exact when the catalogue has at most ``dim`` terms, ``P = I``), in one inner-product index: a
+weighted hybrid (Burke 2002, "Hybrid recommender systems: survey and experiments", section 3.1). Items nobody
+clicked share every coordinate of their content with the items a user did click, token for token, which the
+towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained).
 
 The fusion is late: in training the coordinates are zeros (the towers train as they would without them), outside
 training they carry the term (validation, export, serving). Carrying the term in the training logits as well, so that

@@ -29,7 +29,6 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import (
     MASK_BELOW,
-    OOV_ROW,
     AttentionPooling,
     EmbeddingTable,
     FeatureTables,
@@ -99,9 +98,7 @@ class ItemTower(tf.keras.layers.Layer):
     def encode(self, id_rows: tf.Tensor, encoded_features: Optional[tf.Tensor],
                content: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Item vectors from id-table rows [...], the feature encodings [..., width] (``FeatureTables.encode``) and
-        the scaled content coordinates [..., k] (``ContentProfile``), appended after the normalisation for the items
-        placed by their features alone (the unknown-id row: cold items) and zero for the others, whose own id rows
-        carry more than their content (a switching hybrid, Burke 2002, section 3.2: warm items rank as without it)."""
+        the scaled content coordinates [..., k] (``ContentProfile``), appended after the normalisation."""
         x = self.id_embedding(id_rows)
         if encoded_features is not None:
             x = tf.concat([x, encoded_features], axis=-1)
@@ -111,10 +108,7 @@ class ItemTower(tf.keras.layers.Layer):
             x = x + self.content_projection(encoded_features)
         if self.l2_normalize:
             x = tf.math.l2_normalize(x, axis=-1)
-        if content is None:
-            return x
-        placed_by_features = tf.cast(tf.equal(id_rows, OOV_ROW), content.dtype)[..., tf.newaxis]
-        return tf.concat([x, content * placed_by_features], axis=-1)
+        return x if content is None else tf.concat([x, content], axis=-1)
 
 
 class UserTower(tf.keras.layers.Layer):
