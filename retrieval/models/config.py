@@ -142,8 +142,10 @@ MODEL = Section("model", (
         "With item features only: the weight g of the content profile's score in the towers' score, u.v + g cos(profile, "
         "item): each item vector gains the item's TF-IDF content vector (the cold-item evaluation's content baseline) "
         "projected to content_profile_dim coordinates, times sqrt(g), and the user vector the normalised mean of the "
-        "history's, times sqrt(g); fixed coordinates, not trained (retrieval.models.content_profile). The exported "
-        "vectors are then compared by inner product. Pooled histories (mean, attention) only. 0: off."),
+        "history's, times sqrt(g); fixed coordinates, outside training only (late fusion; "
+        "retrieval.models.content_profile). The exported vectors are then compared by inner product. Pooled histories "
+        "(mean, attention) only. On validation (configs/catalogue.py, g 0.3) it moved cold items up as much as it moved "
+        'warm ones down (+0.011 / -0.013 recall@20; JOURNAL.md, "Issue 35: the content profile"). 0: off.'),
     Key("item_tower.content_profile_dim", 64, DIM,
         "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
         "vectors (all terms, exactly, when there are at most this many)."),
