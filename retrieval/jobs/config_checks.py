@@ -267,6 +267,9 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
         if c.get(f"model.item_tower.{key}") and c.get("model.user_tower.pooling") == "self_attention":
             yield f"model.item_tower.{key}", (f"{what} pools the history's features: it needs "
                                               "model.user_tower.pooling 'mean' or 'attention'")
+    if c.get("model.item_tower.cold_head") and not c.get("model.item_tower.id_dropout"):
+        yield "model.item_tower.cold_head", ("the cold head learns from the dropped ids: it needs "
+                                             "model.item_tower.id_dropout > 0")
     if c.get("model.item_tower.content_profile_weight") and c.get("model.objective.output_table"):
         yield "model.item_tower.content_profile_weight", "the content profile needs the item tower, not output_table"
     if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":

@@ -112,7 +112,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                                hidden_units=tuple(c.item_tower.hidden_units), features=item_features,
                                feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize,
                                warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed,
-                               content_match=c.item_tower.content_match, content_profile=content_profile)
+                               content_match=c.item_tower.content_match, content_profile=content_profile,
+                               cold_head=c.item_tower.cold_head)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
@@ -131,7 +132,8 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            item_id_rows=item_tower.id_rows if item_tower is not None else None,
                            item_features=item_tower.features if item_tower is not None else None,
                            content_projection=item_tower.content_projection if item_tower is not None else None,
-                           content_profile=item_tower.content_profile if item_tower is not None else None)
+                           content_profile=item_tower.content_profile if item_tower is not None else None,
+                           heads=2 if item_tower is not None and item_tower.cold_head else 1)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,

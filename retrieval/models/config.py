@@ -138,6 +138,12 @@ MODEL = Section("model", (
         "content-match term (mean history features)^T W^T W (item features): the content profile's form (the "
         "cold-item evaluation's content baseline) with a learned metric, beside the towers' MLPs. Pooled histories "
         '(mean, attention) only. configs/catalogue.py sets it (JOURNAL.md, "Issue 35: a content-match term").'),
+    Key("item_tower.cold_head", False, flag(),
+        "With item features and id_dropout > 0 only: a second user head for the items placed by their features alone. "
+        "The vector of an item read at the unknown-id row (cold items; in training, the dropped ids) lands in a second "
+        "block of the item vector, the first block zero, so the user tower's second output scores it: the user's "
+        "vector for new items is learned apart from the one for known items, and one softmax over both keeps their "
+        "scores comparable. The exported vectors are twice embedding_dim wide, compared by inner product."),
     Key("item_tower.content_profile_weight", 0.0, number(0, 100),
         "With item features only: the weight g of the content profile's score in the towers' score, u.v + g cos(profile, "
         "item): each item vector gains the item's TF-IDF content vector (the cold-item evaluation's content baseline) "

@@ -29,6 +29,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import (
     MASK_BELOW,
+    OOV_ROW,
     AttentionPooling,
     EmbeddingTable,
     FeatureTables,
@@ -46,12 +47,15 @@ class ItemTower(tf.keras.layers.Layer):
                  hidden_units: Sequence[int] = (), features: Optional[Mapping[str, np.ndarray]] = None,
                  feature_embedding_dim: int = 16, l2_normalize: bool = False, warm: Optional[np.ndarray] = None,
                  id_dropout: float = 0.0, seed: Optional[int] = None, content_match: bool = False,
-                 content_profile: Optional[ContentProfile] = None, name: str = "item_tower"):
+                 content_profile: Optional[ContentProfile] = None, cold_head: bool = False,
+                 name: str = "item_tower"):
         """``warm`` ([V] bool, default all): which indices had training interactions; ``id_dropout``: the share of
         ids read at the unknown-id row in training; ``content_match``: a linear path from the feature encodings to
         the vector (``content_projection``, which the user tower shares); ``content_profile``: fixed content
-        coordinates appended to the vector (``content_profile.ContentProfile``, shared with the user tower). All
-        apply only with ``features`` (without them an item is its id)."""
+        coordinates appended to the vector (``content_profile.ContentProfile``, shared with the user tower);
+        ``cold_head``: the vector of an item placed by its features alone lands in a second block, scored by the
+        user tower's second head (``[v, 0]`` for an item read by id, ``[0, v]`` for one read at the unknown-id row).
+        All apply only with ``features`` (without them an item is its id)."""
         super().__init__(name=name)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(output_dim)
@@ -68,6 +72,7 @@ class ItemTower(tf.keras.layers.Layer):
                                                          name="content_projection")
                                    if features and content_match else None)
         self.content_profile = content_profile if features else None
+        self.cold_head = bool(cold_head and features)
 
     @contextlib.contextmanager
     def features_only(self) -> Iterator[None]:
@@ -108,6 +113,9 @@ class ItemTower(tf.keras.layers.Layer):
             x = x + self.content_projection(encoded_features)
         if self.l2_normalize:
             x = tf.math.l2_normalize(x, axis=-1)
+        if self.cold_head:
+            by_features = tf.cast(tf.equal(id_rows, OOV_ROW), x.dtype)[..., tf.newaxis]
+            x = tf.concat([x * (1.0 - by_features), x * by_features], axis=-1)
         return x if content is None else tf.concat([x, content], axis=-1)
 
 
@@ -127,14 +135,17 @@ class UserTower(tf.keras.layers.Layer):
                  user_id_gate: float = 0.0, sequence_encoder: Optional[tf.keras.layers.Layer] = None,
                  item_id_rows: Optional[ItemIdRows] = None, item_features: Optional[FeatureTables] = None,
                  content_projection: Optional[tf.keras.layers.Layer] = None,
-                 content_profile: Optional[ContentProfile] = None, name: str = "user_tower"):
+                 content_profile: Optional[ContentProfile] = None, heads: int = 1, name: str = "user_tower"):
         """``item_id_rows`` and ``item_features``: the item tower's (shared, not copies), so that history items read
         the rows the item tower reads (cold items and dropped ids: the unknown-id row) and add their projected
         feature encodings. ``content_projection``: the item tower's, applied to the mean of the history items'
         feature encodings and added to the output; ``content_profile``: the item tower's, whose history profile is
-        appended to the output (both: pooled histories only, not a sequence encoder)."""
+        appended to the output (both: pooled histories only, not a sequence encoder). ``heads``: the output is that
+        many vectors of ``output_dim`` side by side, each normalised on its own (2 with the item tower's
+        ``cold_head``: the first scores items read by id, the second items placed by their features alone)."""
         super().__init__(name=name)
-        self.output_dim = int(output_dim)
+        self.heads = int(heads)
+        self.output_dim = int(output_dim) * self.heads
         self.l2_normalize = bool(l2_normalize)
         self.use_example_age = bool(use_example_age)
         # A gated user-id embedding is added to the output, so it has the output's width.
@@ -149,7 +160,7 @@ class UserTower(tf.keras.layers.Layer):
                            name="user_id_emb") if user_id_embedding_dim > 0 else None)
         self.features = (FeatureTables(features, user_vocab_size, feature_embedding_dim, init, name="user_features")
                          if features else None)
-        self.mlp = mlp(hidden_units, output_dim, init, name="user_mlp")
+        self.mlp = mlp(hidden_units, self.output_dim, init, name="user_mlp")
         self.item_id_rows = item_id_rows
         self.item_features = item_features
         for content_part in (content_projection, content_profile):
@@ -197,7 +208,8 @@ class UserTower(tf.keras.layers.Layer):
             parts = [pooled] + [tf.repeat(part[:, tf.newaxis], positions, axis=1) for part in parts[1:]]
         x = self.mlp(tf.concat(parts, axis=-1))
         if self.content_projection is not None:  # W mean(features of the history): the content-match term's side
-            x = x + self.content_projection(masked_mean(history_features, mask, chunked=self.chunked_pooling))
+            term = self.content_projection(masked_mean(history_features, mask, chunked=self.chunked_pooling))
+            x = x + tf.concat([term] * self.heads, axis=-1)
         if self.user_id_gate:
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
                 1.0 - self.user_id_gate) * x
@@ -210,10 +222,12 @@ class UserTower(tf.keras.layers.Layer):
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): the towers' part
         L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)`` (0 in
         training)."""
-        if self.content_profile is None:
-            return tf.math.l2_normalize(x, axis=-1) if self.l2_normalize else x
-        own, profile = x[..., :self.output_dim], x[..., self.output_dim:]
+        own = x[..., :self.output_dim]
         if self.l2_normalize:
-            own = tf.math.l2_normalize(own, axis=-1)
+            own = tf.concat([tf.math.l2_normalize(head, axis=-1) for head in tf.split(own, self.heads, axis=-1)],
+                            axis=-1)
+        if self.content_profile is None:
+            return own
+        profile = x[..., self.output_dim:]
         scale = self.content_profile.scale_in(training)
         return tf.concat([own, scale * tf.math.l2_normalize(profile, axis=-1)], axis=-1)

@@ -176,3 +176,46 @@ def test_the_cold_view_needs_item_features(vocab):
     config.item_tower.cold_view_weight = 1.0
     model = build_model(config, vocab, Vocabulary.from_ids(["u0"]), None)  # without features: no view (as id dropout)
     assert model.cold_view_weight == 0.0
+
+
+def test_the_cold_head_scores_items_placed_by_features_with_a_second_user_vector(vocab, item_features, tmp_path):
+    config = default_config()
+    config.embedding_dim = 6
+    config.item_tower.update({"id_embedding_dim": 6, "feature_embedding_dim": 3, "id_dropout": 0.3,
+                              "cold_head": True, "content_match": True})
+    config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
+    model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
+    assert model.metric == "dot"
+    items = model.catalogue_vectors()
+    cold = ~vocab.warm[2:]
+    assert items.shape[1] == 12
+    assert not items[~cold, 6:].any() and not items[cold, :6].any()  # [v, 0] by id, [0, v] by features alone
+    np.testing.assert_allclose(np.linalg.norm(items, axis=1), 1.0, rtol=1e-5)
+    users = model.user_vectors(tf.constant([2, 3]), tf.constant([[3, 5, 12], [7, 0, 0]])).numpy()
+    np.testing.assert_allclose(np.linalg.norm(users[:, :6], axis=1), 1.0, rtol=1e-5)  # each head a unit vector
+    np.testing.assert_allclose(np.linalg.norm(users[:, 6:], axis=1), 1.0, rtol=1e-5)
+    scores = users @ items.T
+    np.testing.assert_allclose(scores[:, ~cold], users[:, :6] @ items[~cold, :6].T, rtol=1e-5)
+    np.testing.assert_allclose(scores[:, cold], users[:, 6:] @ items[cold, 6:].T, rtol=1e-5)
+    # In training a dropped id moves its item to the second block, as a cold item's.
+    tower = model.item_tower
+    dropped = tower.encode(tf.ones([1], tf.int32), tower.features(tf.constant([3]))).numpy()
+    assert not dropped[:, :6].any() and dropped[:, 6:].any()
+    # The exported item tower places new items in the second block too.
+    export.export_item_tower(model, vocab, tmp_path / "item_tower")
+    loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
+    names = [n.decode() for n in loaded.feature_names.numpy()]
+    inputs = {f"feature_{i}": tf.constant(item_features[name][2:]) for i, name in enumerate(names)}
+    got = loaded.signatures["serving_default"](item_id=tf.constant(vocab.ids[2:].astype(str)), **inputs)
+    np.testing.assert_allclose(got["embedding"].numpy(), items, rtol=1e-5, atol=1e-6)
+
+
+def test_the_cold_head_needs_id_dropout():
+    from configs.catalogue import get_config
+    from retrieval.jobs.config_checks import config_problems
+
+    config = get_config()
+    config.model.item_tower.cold_head = True
+    assert not [key for key, _ in config_problems(config) if key == "model.item_tower.cold_head"]
+    config.model.item_tower.id_dropout = 0.0
+    assert any(key == "model.item_tower.cold_head" for key, _ in config_problems(config))
