@@ -41,7 +41,8 @@ def config_of(directory: Path, **extra):
     return make_config(directory, **{"data.item_features_path": str(directory / "items.csv"),
                                      "data.item_features": "genres:multi,title:text",
                                      "data.cold_item_fraction": 0.1, "train.epochs": 3,
-                                     "model.item_tower.content_match": True,  # as configs/catalogue.py
+                                     # as configs/catalogue.py:
+                                     "model.item_tower.content_match": True, "model.item_tower.cold_head": True,
                                      "eval.bootstrap": 20, **extra})
 
 
