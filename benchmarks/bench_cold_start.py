@@ -66,8 +66,8 @@ def run(dropout: float, seed: int, workdir: Path, items: Path, epochs: int, smok
         "data.cold_item_fraction": 0.1, "model.item_tower.id_dropout": dropout, "seed": seed,
         "eval.bootstrap": 200, "gate.floors": "", "gate.min_lift_over_popular": -1.0, **(overrides or {}),
     }
-    if not dropout:  # the cold head learns from the dropped ids: without them, the same config has none
-        settings["model.item_tower.cold_head"] = False
+    if not dropout:  # the cold head learns from the dropped ids (and carries the content term): without them, none
+        settings.update({"model.item_tower.cold_head": False, "model.item_tower.content_profile_weight": 0.0})
     if epochs:
         settings["train.epochs"] = epochs
     if smoke:

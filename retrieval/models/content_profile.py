@@ -42,10 +42,12 @@ class ContentProfile(tf.keras.layers.Layer):
     """Fixed content coordinates of items ``[..., k]`` and of user histories ``[B, k]`` (module docstring)."""
 
     def __init__(self, tables: Mapping[str, np.ndarray], dim: int, weight: float, seed: int = 0,
-                 name: str = "content_profile"):
+                 late: bool = True, name: str = "content_profile"):
         """``tables``: the catalogue's per-index feature tables (``FeatureTables``' input); ``dim``: the most
-        coordinates (fewer when the catalogue has fewer terms); ``weight``: ``g``; ``seed``: the SVD's start."""
+        coordinates (fewer when the catalogue has fewer terms); ``weight``: ``g``; ``seed``: the SVD's start;
+        ``late``: zeros in training (late fusion), else the term in the training logits too."""
         super().__init__(name=name, trainable=False)
+        self.late = bool(late)
         self.blocks = content.layout(tables)
         basis = content.projection(content.content_vectors(tables, self.blocks), dim, seed).astype(np.float32)
         self.dim = int(basis.shape[1])
@@ -97,5 +99,5 @@ class ContentProfile(tf.keras.layers.Layer):
             masked_mean(tf.gather(self.catalogue, history), mask, chunked=chunked), axis=-1)
 
     def scale_in(self, training: bool) -> float:
-        """The coordinates' factor: ``sqrt(g)``, 0 in training (late fusion, module docstring)."""
-        return 0.0 if training else self.scale
+        """The coordinates' factor: ``sqrt(g)``, 0 in training with late fusion (module docstring)."""
+        return 0.0 if training and self.late else self.scale

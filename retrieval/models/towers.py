@@ -116,6 +116,8 @@ class ItemTower(tf.keras.layers.Layer):
         if self.cold_head:
             by_features = tf.cast(tf.equal(id_rows, OOV_ROW), x.dtype)[..., tf.newaxis]
             x = tf.concat([x * (1.0 - by_features), x * by_features], axis=-1)
+            if content is not None:  # the content term joins the cold block's score only
+                content = content * by_features
         return x if content is None else tf.concat([x, content], axis=-1)
 
 

@@ -43,6 +43,7 @@ def config_of(directory: Path, **extra):
                                      "data.cold_item_fraction": 0.1, "train.epochs": 3,
                                      # as configs/catalogue.py:
                                      "model.item_tower.content_match": True, "model.item_tower.cold_head": True,
+                                     "model.item_tower.content_profile_weight": 0.3,
                                      "eval.bootstrap": 20, **extra})
 
 

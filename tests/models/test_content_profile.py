@@ -124,3 +124,29 @@ def test_the_content_profile_needs_a_pooled_history_and_the_item_tower():
     config.model.user_tower.pooling = "mean"
     config.model.objective.update({"name": "sampled_softmax", "output_table": True})
     assert any(key == "model.item_tower.content_profile_weight" for key, _ in config_problems(config))
+
+
+def test_with_the_cold_head_the_term_is_the_cold_blocks_and_trains_with_it(vocab, item_features):
+    config = default_config()
+    config.embedding_dim = DIM
+    config.item_tower.update({"id_embedding_dim": DIM, "feature_embedding_dim": 3, "id_dropout": 0.3,
+                              "cold_head": True, "content_profile_weight": 0.7})
+    config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
+    model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
+    histories = np.array([[3, 5, 12, 0], [7, 13, 0, 0], [4, 9, 11, 0]], np.int32)
+    users = model.user_vectors(tf.constant([2, 3, 1]), tf.constant(histories)).numpy()
+    items = model.catalogue_vectors()
+    cold = ~vocab.warm[2:]
+    train = csr_lib.from_pairs(np.repeat(np.arange(3), 4)[histories.ravel() >= 2], histories.ravel()[
+        histories.ravel() >= 2], 3)
+    baseline = cold_items.content_scorer(content.content_vectors(item_features), train,
+                                         np.arange(vocab.size))(np.arange(3))[:, 2:]
+    heads = users[:, :2 * DIM] @ items[:, :2 * DIM].T
+    np.testing.assert_allclose(users @ items.T - heads, 0.7 * baseline * cold, atol=1e-5)  # warm items: + 0
+    # In training too, every item placed by its features (12 is cold; a dropped id) carries the term, no other.
+    trained = model.item_tower(tf.constant(np.tile(np.arange(2, vocab.size), 20)), training=True).numpy()
+    by_features = ~trained[:, :DIM].any(axis=1)
+    assert 0 < by_features.sum() < len(trained)
+    np.testing.assert_array_equal(trained[:, 2 * DIM:].any(axis=1), by_features)
+    assert model({"user": tf.constant([2]), "history": tf.constant(histories[:1])}, training=True).numpy()[
+        :, 2 * DIM:].any()
