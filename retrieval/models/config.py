@@ -145,13 +145,13 @@ MODEL = Section("model", (
         "vector for new items is learned apart from the one for known items, and one softmax over both keeps their "
         "scores comparable. The exported vectors are twice embedding_dim wide, compared by inner product."),
     Key("item_tower.content_profile_weight", 0.0, number(0, 100),
-        "With item features only: the weight g of the content profile's score in the towers' score, u.v + g cos(profile, "
-        "item): each item vector gains the item's TF-IDF content vector (the cold-item evaluation's content baseline) "
-        "projected to content_profile_dim coordinates, times sqrt(g), and the user vector the normalised mean of the "
-        "history's, times sqrt(g); fixed coordinates, outside training only (late fusion; "
-        "retrieval.models.content_profile). The exported vectors are then compared by inner product. Pooled histories "
-        "(mean, attention) only. On validation (configs/catalogue.py, g 0.3) it moved cold items up as much as it moved "
-        'warm ones down (+0.011 / -0.013 recall@20; JOURNAL.md, "Issue 35: the content profile"). 0: off.'),
+        "With item features only: the weight g of the content profile's score, + g cos(profile, item): item vectors "
+        "gain the item's TF-IDF content vector (the cold-item evaluation's content baseline) projected to "
+        "content_profile_dim coordinates, times sqrt(g), the user vector the normalised mean of the history's, times "
+        "sqrt(g) (retrieval.models.content_profile); the exported vectors are then compared by inner product. With "
+        "cold_head only the items placed by their features alone carry it, in training too (configs/catalogue.py sets "
+        "0.3); without, every item does, outside training only (late fusion: on validation it moved cold items up as "
+        'much as warm ones down). Pooled histories (mean, attention) only. 0: off.'),
     Key("item_tower.content_profile_dim", 64, DIM,
         "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
         "vectors (all terms, exactly, when there are at most this many)."),

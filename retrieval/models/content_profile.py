@@ -1,6 +1,7 @@
 """Content-profile coordinates: the content-based profile's score as fixed coordinates of the two towers' vectors.
 
-With weight ``g`` the item vector gains ``sqrt(g) c_i`` and the user vector ``sqrt(g) p_u``, where ``c_i = P^T x_i``
+With weight ``g`` the item vector gains ``sqrt(g) c_i`` and the user vector ``sqrt(g) p_u`` (see below for which
+items), where ``c_i = P^T x_i``
 is the item's TF-IDF content vector ``x_i`` (``retrieval.data.content``) projected on the top right singular vectors
 ``P`` of the catalogue's content matrix, and ``p_u`` the L2-normalised mean of ``c_i`` over the user's history. The
 score becomes ``u^T v + g p_u^T c_i``: the towers' score plus ``g`` times the content profile's cosine (Lops et al.
@@ -9,15 +10,18 @@ weighted hybrid (Burke 2002, "Hybrid recommender systems: survey and experiments
 clicked share every coordinate of their content with the items a user did click, token for token, which the
 towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained).
 
-The fusion is late: in training the coordinates are zeros (the towers train as they would without them), outside
-training they carry the term (validation, export, serving). Carrying the term in the training logits as well, so that
-the towers learn the rest, moved cold items by +0.007 and -0.006 on two validation seeds.
+Two ways to fuse (JOURNAL.md, "Issue 35: the content profile" and "... in the cold head"; validation on MovieLens-1M
+with 10% of the movies cold, seeds 7 and 8, g 0.3):
 
-What it trades (validation, configs/catalogue.py on MovieLens-1M with 10% of the movies cold, seeds 7 and 8, g 0.3;
-JOURNAL.md, "Issue 35: the content profile"): recall@20 among cold items +0.011 on both seeds, warm validation
-recall@20 -0.013 on both. So it is off in the shipped configs: turn it on where new items matter more than the rest.
-Giving the coordinates to cold items only (warm items ranking as without them) keeps the warm ranking but lets cold
-items crowd the whole catalogue's top 20 (warm items' recall@20 there 0.25 -> 0.14 at g 0.5), so every item has them.
+- With the item tower's cold head (``configs/catalogue.py``), the term belongs to the cold block: only items placed by
+  their features alone (cold items; dropped ids in training) carry the coordinates, warm items rank as without them,
+  and the term is in the training logits, so the one softmax over both blocks calibrates cold scores against warm
+  ones. Among cold items recall@20 +0.008 and +0.005 over the head alone, warm validation -0.005 and +0.005.
+- Without it, every item carries the coordinates and the fusion is late: zeros in training (the towers train as
+  they would without them), the term outside training (validation, export, serving). Among cold items +0.011 on both
+  seeds, warm validation -0.013 on both: a trade, for catalogues where new items matter more than the rest. (Cold
+  items alone with a late term crowd the whole catalogue's top 20: nothing calibrates it; warm items' recall@20
+  there 0.25 -> 0.14 at g 0.5. The term in the training logits of every item moved cold items by +0.007 and -0.006.)
 
 ``lookup(indices)`` reads the catalogue's coordinates (computed once, at build, by ``encode``); ``encode(values)``
 computes them from coded feature values, so the exported item tower embeds the items of a new catalogue table the
