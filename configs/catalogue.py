@@ -36,13 +36,13 @@ def get_config():
     config.model.item_tower.content_match = True
     # The cold head (a second user vector for the items placed by their features alone, in the same softmax): on
     # validation among cold / warm validation recall@20 0.2027 -> 0.2153 / 0.2858 -> 0.2811 (seed 7) and
-    # 0.1921 -> 0.2048 / 0.2821 -> 0.2764 (seed 8); among cold NDCG@20 +0.017 and +0.016 (JOURNAL.md, "Issue 35: a
-    # cold head").
+    # 0.1921 -> 0.2048 / 0.2821 -> 0.2764 (seed 8); among cold NDCG@20 +0.017 and +0.016
+    # (JOURNAL.md, "Issue 35: a cold head").
     config.model.item_tower.cold_head = True
     # With the cold head, the content profile's cosine (g 0.3) joins the cold block's score and trains with it: on
     # validation among cold / warm validation recall@20 0.2153 -> 0.2237 / 0.2811 -> 0.2764 (seed 7) and
-    # 0.2048 -> 0.2100 / 0.2764 -> 0.2818 (seed 8), among cold NDCG@20 +0.007 and +0.006 (JOURNAL.md, "Issue 35: the
-    # content profile in the cold head").
+    # 0.2048 -> 0.2100 / 0.2764 -> 0.2818 (seed 8), among cold NDCG@20 +0.007 and +0.006
+    # (JOURNAL.md, "Issue 35: the content profile in the cold head").
     config.model.item_tower.content_profile_weight = 0.3
     # Four epochs, the cosine schedule over them (early stopping on the automatic holdout still picks the refit's
     # epoch count within them): the feature path places cold items best early and loses it as training goes on,

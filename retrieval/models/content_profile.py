@@ -10,8 +10,8 @@ weighted hybrid (Burke 2002, "Hybrid recommender systems: survey and experiments
 clicked share every coordinate of their content with the items a user did click, token for token, which the
 towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained).
 
-Two ways to fuse (JOURNAL.md, "Issue 35: the content profile" and "... in the cold head"; validation on MovieLens-1M
-with 10% of the movies cold, seeds 7 and 8, g 0.3):
+Two ways to fuse (validation on MovieLens-1M with 10% of the movies cold, seeds 7 and 8, g 0.3; JOURNAL.md,
+"Issue 35: the content profile" and "Issue 35: the content profile in the cold head"):
 
 - With the item tower's cold head (``configs/catalogue.py``), the term belongs to the cold block: only items placed by
   their features alone (cold items; dropped ids in training) carry the coordinates, warm items rank as without them,
