@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from retrieval import export
 from retrieval.data.vocab import Vocabulary
 from retrieval.models import build_model, default_config
 from retrieval.models.layers import ItemIdRows
+from tests.models.exported_item_tower import embed_with_exported_item_tower
 
 WARM = 10  # items i0..i9 have interactions; c0..c3 are cold catalogue items
 
@@ -128,14 +128,10 @@ def test_the_content_match_term_needs_a_pooled_history():
 def test_the_exported_item_tower_reproduces_the_catalogue_vectors(vocab, item_features, tmp_path, content_match):
     model = model_of(vocab, item_features, dropout=0.3, content_match=content_match)
     expected = model.catalogue_vectors()
-    export.export_item_tower(model, vocab, tmp_path / "item_tower")
-    loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
-    names = [n.decode() for n in loaded.feature_names.numpy()]
-    inputs = {f"feature_{i}": tf.constant(item_features[name][2:]) for i, name in enumerate(names)}
-    got = loaded.signatures["serving_default"](item_id=tf.constant(vocab.ids[2:].astype(str)), **inputs)
-    np.testing.assert_allclose(got["embedding"].numpy(), expected, rtol=1e-5, atol=1e-6)
-    unknown = loaded.signatures["serving_default"](
-        item_id=tf.constant(["never-seen"]), **{k: v[-1:] for k, v in inputs.items()})["embedding"].numpy()
+    got = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "item_tower")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    unknown = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "again", ids=["never-seen"],
+                                             rows=slice(-1, None))
     np.testing.assert_allclose(unknown, expected[-1:], rtol=1e-5, atol=1e-6)  # the last row is cold: OOV row too
 
 
@@ -202,12 +198,8 @@ def test_the_cold_head_scores_items_placed_by_features_with_a_second_user_vector
     dropped = tower.encode(tf.ones([1], tf.int32), tower.features(tf.constant([3]))).numpy()
     assert not dropped[:, :6].any() and dropped[:, 6:].any()
     # The exported item tower places new items in the second block too.
-    export.export_item_tower(model, vocab, tmp_path / "item_tower")
-    loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
-    names = [n.decode() for n in loaded.feature_names.numpy()]
-    inputs = {f"feature_{i}": tf.constant(item_features[name][2:]) for i, name in enumerate(names)}
-    got = loaded.signatures["serving_default"](item_id=tf.constant(vocab.ids[2:].astype(str)), **inputs)
-    np.testing.assert_allclose(got["embedding"].numpy(), items, rtol=1e-5, atol=1e-6)
+    got = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "item_tower")
+    np.testing.assert_allclose(got, items, rtol=1e-5, atol=1e-6)
 
 
 def test_the_cold_head_needs_id_dropout():

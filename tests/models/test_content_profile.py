@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from retrieval import export
 from retrieval.data import content
 from retrieval.data.vocab import Vocabulary
 from retrieval.evaluation import cold_items
@@ -14,6 +13,7 @@ from retrieval.evaluation import csr as csr_lib
 from retrieval.jobs.config_checks import config_problems
 from retrieval.models import build_model, default_config
 from retrieval.models.content_profile import ContentProfile
+from tests.models.exported_item_tower import embed_with_exported_item_tower
 
 WARM = 10  # items i0..i9 have interactions; c0..c3 are cold catalogue items
 DIM = 6
@@ -95,13 +95,9 @@ def test_the_fusion_is_late_training_sees_zero_coordinates(vocab, item_features)
 
 def test_the_exported_item_tower_computes_the_coordinates_from_coded_values(vocab, item_features, tmp_path):
     model = model_of(vocab, item_features, 0.5, dim=5)
-    expected = model.catalogue_vectors()
-    export.export_item_tower(model, vocab, tmp_path / "item_tower")
-    loaded = tf.saved_model.load(str(tmp_path / "item_tower"))
-    names = [n.decode() for n in loaded.feature_names.numpy()]
-    inputs = {f"feature_{i}": tf.constant(item_features[name][2:]) for i, name in enumerate(names)}
-    got = loaded.signatures["serving_default"](item_id=tf.constant(vocab.ids[2:].astype(str)), **inputs)
-    np.testing.assert_allclose(got["embedding"].numpy(), expected, rtol=1e-5, atol=1e-6)
+    expected = model.catalogue_vectors()  # (builds the towers)
+    got = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "item_tower")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_set_models_mean_of_parts_keeps_each_part_of_the_vector_normalised(vocab, item_features):
