@@ -23,9 +23,10 @@ Two ways to fuse (validation on MovieLens-1M with 10% of the movies cold, seeds 
   items alone with a late term crowd the whole catalogue's top 20: nothing calibrates it; warm items' recall@20
   there 0.25 -> 0.14 at g 0.5. The term in the training logits of every item moved cold items by +0.007 and -0.006.)
 
-``lookup(indices)`` reads the catalogue's coordinates (computed once, at build, by ``encode``); ``encode(values)``
-computes them from coded feature values, so the exported item tower embeds the items of a new catalogue table the
-same way (``retrieval.jobs.refresh``). Written by hand: none of the dependencies projects TF-IDF vectors in a graph.
+``lookup(indices)`` reads the catalogue's coordinates (computed once, at build, from its TF-IDF matrix);
+``encode(values)`` computes them from coded feature values, so the exported item tower embeds the items of a new
+catalogue table the same way (``retrieval.jobs.refresh``). Written by hand: none of the dependencies projects TF-IDF
+vectors in a graph.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval.data import content
 from retrieval.models.layers import masked_mean
 
-_BATCH = 8192  # catalogue rows encoded per call at build
-
 
 class ContentProfile(tf.keras.layers.Layer):
     """Fixed content coordinates of items ``[..., k]`` and of user histories ``[B, k]`` (module docstring)."""
@@ -53,7 +52,8 @@ class ContentProfile(tf.keras.layers.Layer):
         super().__init__(name=name, trainable=False)
         self.late = bool(late)
         self.blocks = content.layout(tables)
-        basis = content.projection(content.content_vectors(tables, self.blocks), dim, seed).astype(np.float32)
+        vectors = content.content_vectors(tables, self.blocks)
+        basis = content.projection(vectors, dim, seed).astype(np.float32)
         self.dim = int(basis.shape[1])
         self.scale = float(np.sqrt(weight))
         self._weights, self._idf = {}, {}
@@ -63,10 +63,8 @@ class ContentProfile(tf.keras.layers.Layer):
                 rows = np.concatenate([np.zeros([1, self.dim], np.float32), rows * block.idf[1:, None]])
                 self._idf[block.name] = tf.constant(block.idf, tf.float32)
             self._weights[block.name] = tf.constant(rows, tf.float32)
-        size = len(next(iter(tables.values())))
-        coordinates = [self.encode({name: np.asarray(table)[start:start + _BATCH] for name, table in tables.items()})
-                       for start in range(0, size, _BATCH)]
-        self.catalogue = tf.Variable(tf.concat(coordinates, axis=0), trainable=False, name="catalogue")
+        # The catalogue's coordinates from its TF-IDF matrix at hand; ``encode`` computes the same from codes.
+        self.catalogue = tf.Variable(np.asarray(vectors @ basis, np.float32), trainable=False, name="catalogue")
 
     def encode(self, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """``P^T x`` [N, k] of coded feature values (each ``[N]`` or ``[N, M]``, as ``FeatureTables`` holds them):
@@ -95,12 +93,10 @@ class ContentProfile(tf.keras.layers.Layer):
         """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)`` (zeros in training)."""
         return self.scale_in(training) * tf.gather(self.catalogue, indices)
 
-    def profile(self, history: tf.Tensor, mask: tf.Tensor, *, training: bool = False,
-                chunked: bool = False) -> tf.Tensor:
-        """``sqrt(g) p_u`` [B, k]: the L2-normalised mean coordinates of the history's valid positions (zeros in
-        training)."""
-        return self.scale_in(training) * tf.math.l2_normalize(
-            masked_mean(tf.gather(self.catalogue, history), mask, chunked=chunked), axis=-1)
+    def history_mean(self, history: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:
+        """[B, k]: the mean coordinates of the history's valid positions; ``p_u`` is it L2-normalised, which the user
+        tower does with the rest of its output (``UserTower.normalize``, also for a mean over history parts)."""
+        return masked_mean(tf.gather(self.catalogue, history), mask, chunked=chunked)
 
     def scale_in(self, training: bool) -> float:
         """The coordinates' factor: ``sqrt(g)``, 0 in training with late fusion (module docstring)."""

@@ -216,14 +216,13 @@ class UserTower(tf.keras.layers.Layer):
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
                 1.0 - self.user_id_gate) * x
         if self.content_profile is not None:
-            x = tf.concat([x, self.content_profile.profile(history, mask, training=bool(training),
-                                                           chunked=self.chunked_pooling)], axis=-1)
+            x = tf.concat([x, self.content_profile.history_mean(history, mask, chunked=self.chunked_pooling)], axis=-1)
         return self.normalize(x, training=bool(training))
 
     def normalize(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): the towers' part
-        L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)`` (0 in
-        training)."""
+        """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): each head of the
+        towers' part L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``
+        (0 in training with late fusion)."""
         own = x[..., :self.output_dim]
         if self.l2_normalize:
             own = tf.concat([tf.math.l2_normalize(head, axis=-1) for head in tf.split(own, self.heads, axis=-1)],

@@ -56,6 +56,7 @@ def test_the_coordinates_are_the_projected_tf_idf_vectors(item_features, dim):
     basis = content.projection(vectors, dim, seed=0)
     expected = vectors.toarray() @ basis
     assert layer.dim == min(dim, vectors.shape[1])
+    np.testing.assert_allclose(layer.encode(item_features).numpy(), expected, atol=1e-5)  # from the codes, in TF
     np.testing.assert_allclose(layer.catalogue.numpy(), expected, atol=1e-5)
     rows = tf.constant([3, 5, 0])
     np.testing.assert_allclose(layer.lookup(rows).numpy(), 2.0 * expected[[3, 5, 0]], atol=1e-5)
