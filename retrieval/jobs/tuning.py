@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import ml_collections
+import numpy as np
 import pandas as pd
 from absl import logging
 
 from retrieval import artifacts
 from retrieval.data import handoff, prepare
-from retrieval.data.vocab import Vocabulary
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.jobs import config_checks
 from retrieval.jobs import warm_start as warm_start_lib
 
@@ -151,12 +152,15 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
         if warm_learning_rate is not None:
             train_config.learning_rate = float(warm_learning_rate)
     checkpoints = run.tuning_checkpoints if tuning else paths.checkpoints
-    make_model = _model_maker(run, item_vocab, user_vocab)
+    make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab)
     model = make_model()
     if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
         training.build_variables(model, examples)
-        for target, source in zip(model.weights, tuned_model(run, make_model, examples).weights, strict=True):
-            target.assign(source)
+        # The trainable weights only: the non-trainable state (log-Q, the warm flags) is derived from the counts,
+        # the tuning part's there and all the training data's here (tuning_vocabulary).
+        source = tuned_model(run, make_model, examples)
+        for target, value in zip(model.trainable_weights, source.trainable_weights, strict=True):
+            target.assign(value)
         logging.info("refit: continuing from the tuned weights of %s", _latest_tuning_checkpoint(run))
     elif run.warm_start is not None and not any(checkpoints.glob("ckpt*")):
         training.build_variables(model, examples)  # the id tables must exist before rows are copied in
@@ -166,6 +170,23 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
                           tensorboard_dir=paths.tensorboard / "tuning" if tuning else paths.tensorboard,
                           evaluate_fn=evaluate_fn)
     return model, result
+
+
+def tuning_vocabulary(run: TrainingRun, item_vocab: Vocabulary) -> Vocabulary:
+    """``item_vocab`` with the counts of the tuning part (the training data minus the automatic holdout): the tuning
+    model's log-Q, sampler and warm flags must not see the held-out interactions, or every validation target gets a
+    log-Q lift of ``log((c + v) / c)`` and the choices made on the holdout are biased. Ids and indices are unchanged,
+    so the tuned weights fit the refit's model."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    items = ds.dataset(str(prepare.tuning_data(run.paths, "train")), format="parquet").to_table(columns=["item_id"])
+    counts = pc.value_counts(items.column("item_id").combine_chunks())
+    indices = item_vocab.lookup(counts.field("values").to_numpy(zero_copy_only=False))
+    tuned = np.zeros_like(item_vocab.counts)
+    np.add.at(tuned, indices, counts.field("counts").to_numpy())
+    tuned[:NUM_RESERVED] = 0  # ids outside the vocabulary (OOV) are no item's count
+    return Vocabulary(item_vocab.ids, tuned)
 
 
 def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabulary) -> Callable[[], Any]:

@@ -13,6 +13,7 @@ from retrieval import training
 from retrieval.data import handoff, prepare
 from retrieval.jobs import tuning
 from retrieval.jobs.job import TrainingJob
+from retrieval.sampling.frequency import static_log_q
 from tests.jobs.test_pipeline_job import make_config
 
 TUNING = {"train.validation_fraction": 0.1, "train.early_stopping_patience": 2, "train.epochs": 6,
@@ -104,10 +105,22 @@ def test_a_warm_refit_continues_from_the_tuned_weights_at_the_learning_rate_of_t
     assert summary["refit"] and tuned["best_epoch"] == 1 and tuned["best_learning_rate"] == 0.0
     examples = job.stages.summary("prepare")["examples"]["count"]
     assert len(summary["history"]["loss"]) == 1 and summary["steps"] == math.ceil(examples / 256)
-    refit, tuning = _model_weights(job.paths.checkpoints), _model_weights(job.paths.checkpoints / "tuning")
-    assert refit.keys() == tuning.keys() and any("embeddings" in name for name in refit)
+    refit, tuned = _model_weights(job.paths.checkpoints), _model_weights(job.paths.checkpoints / "tuning")
+    assert refit.keys() == tuned.keys() and any("embeddings" in name for name in refit)
+    log_q = next(name for name in refit if "static_log_q" in name)
     for name, value in refit.items():
-        np.testing.assert_array_equal(value, tuning[name], err_msg=name)
+        if name != log_q:
+            np.testing.assert_array_equal(value, tuned[name], err_msg=name)
+    # log-Q is the counts' of each phase: the tuning part's while tuning, all the training data's in the refit
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    item_vocab = run.vocabularies()[0]
+    held = pd.read_parquet(prepare.tuning_data(job.paths, "train"))["item_id"].value_counts()
+    expected = np.zeros(item_vocab.size, np.int64)
+    expected[item_vocab.lookup(held.index)] = held.to_numpy()
+    np.testing.assert_array_equal(tuning.tuning_vocabulary(run, item_vocab).counts, expected)
+    assert (expected != item_vocab.counts).any()
+    np.testing.assert_allclose(tuned[log_q], static_log_q(expected), rtol=1e-6)
+    np.testing.assert_allclose(refit[log_q], static_log_q(item_vocab.counts), rtol=1e-6)
 
 
 def test_the_tuning_record_keeps_the_schedules_learning_rate_at_the_best_epoch(log_path, tmp_path):
