@@ -23,8 +23,9 @@ DATA = Section("data", (
     Key("order", "auto", one_of(ORDERS),
         'Order of each user\'s interactions: "time" (a sequence: timestamps, else file order; next-item examples), '
         '"none" (a set, e.g. a random-holdout benchmark split: every training pair is a target, its history a random '
-        'subset of the user\'s other items) or "auto" (time with a timestamp column; for user_items files, none when the '
-        "lines are sorted by item id). The decision and its evidence are logged and written to the manifest. Splits "
+        'subset of the user\'s other items) or "auto" (time with a timestamp column; otherwise none when the lines are '
+        "sorted by item id or when shuffling each line leaves its adjacent pairs as common elsewhere: a permutation "
+        "test, retrieval.data.order). The decision and its evidence are logged and written to the manifest. Splits "
         "that need time (leave_last_n, temporal) refuse set data."),
     Key("history_keep", 1.0, number(0, 1, low_open=True),
         "Set data only: share of each sampled history the user tower sees in training (the rest dropped at random, "
