@@ -3,8 +3,9 @@
     python -m pipelines.evaluate --run_dir=artifacts/two_tower [--test_path=test.csv] [--ks=10,20,50,100]
 
 Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run directory, or ``--output_dir``
-(atomically), and prints the headline numbers. Settings not given on the command line come from the run's
-``config.json``. Exit codes: see ``retrieval.cli`` (2 for bad input).
+(atomically), and prints the headline numbers (and one line when the model trails the best baseline). The tunable
+baselines are tuned on the run's holdout first (``retrieval.evaluation.baseline_tuning``). Settings not given on the
+command line come from the run's ``config.json``. Exit codes: see ``retrieval.cli`` (2 for bad input).
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ _BOOTSTRAP = flags.DEFINE_integer("bootstrap", None, "Bootstrap resamples over u
                                   "tests; 0 disables them. Default: the run's eval.bootstrap, else 1000.")
 _SEED = flags.DEFINE_integer("seed", None, "Seed of the bootstrap and the random baseline. Default: the run's seed.")
 _MAX_USERS = flags.DEFINE_integer("max_users", None, "Evaluate a seeded uniform sample of this many test users, "
-                                  "reading only their rows (logs larger than memory; item_knn and ease are then "
-                                  "skipped); 0: all. Default: the run's eval.max_users, else 0.", lower_bound=0)
+                                  "reading only their rows (logs larger than memory; item_knn, rp3beta and ease "
+                                  "are then skipped); 0: all. Default: the run's eval.max_users, else 0.",
+                                  lower_bound=0)
+_BUDGET = flags.DEFINE_float("baseline_budget_s", None, "Seconds each tunable baseline (item_knn, rp3beta, ease) may "
+                             "spend on its tuning on the run's holdout; 0: no tuning (defaults). Default: the run's "
+                             "eval.baseline_budget_s, else 300.", lower_bound=0)
 _INCLUDE_TRAIN = flags.DEFINE_bool("include_train", False, "Let users' training items be recommended (by default "
                                    "they are excluded: the standard 'seen excluded' protocol).")
 _ANN_INDEX = flags.DEFINE_string("ann_index", None, "Optional FAISS index file, e.g. <run_dir>/index/index.faiss; "
@@ -69,6 +74,7 @@ def main(argv: Sequence[str]) -> None:
     run_dir = str(_RUN.resolve())
     _check_flags(run_dir, ks)
     from retrieval.evaluation import runs  # TensorFlow loads only now: --help and flag errors stay instant
+    from retrieval.evaluation.summary import trailing_line
 
     baselines = _BASELINES.value
     metrics = runs.evaluate_run(
@@ -76,12 +82,15 @@ def main(argv: Sequence[str]) -> None:
         exclude_train=False if _INCLUDE_TRAIN.value else None,
         baselines=[] if baselines == ["none"] else baselines, n_bootstrap=_BOOTSTRAP.value, seed=_SEED.value,
         ann_index_path=_ANN_INDEX.value, ann_index_offset=_ANN_OFFSET.value, compare_run_dir=_COMPARE.value,
-        output_dir=_OUTPUT_DIR.value, max_users=_MAX_USERS.value)
+        output_dir=_OUTPUT_DIR.value, max_users=_MAX_USERS.value, baseline_budget_s=_BUDGET.value)
     k = metrics["protocol/ks"][min(1, len(metrics["protocol/ks"]) - 1)]
     print(f"{metrics['protocol']}; {metrics['count/eval_users']} users (+{metrics['count/cold_start_users']} cold "
           f"start): recall@{k}={metrics.get(f'recall@{k}', float('nan')):.4f} "
           f"ndcg@{k}={metrics.get(f'ndcg@{k}', float('nan')):.4f}; "
           f"report: {_OUTPUT_DIR.value or run_dir}/report.md")
+    trailing = trailing_line(metrics)
+    if trailing:
+        print(trailing)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ order (one stateless argsort keyed by ``(seed, epoch)``), and the history of the
 user's ``L`` pairs is the next ``min(L - 1, max_history)`` positions, cyclically. Each history is thereby a uniform
 random subset of the other items, without replacement, never containing the target; a new epoch draws a new order.
 
+Teacher pairs (``SetExamples.with_teacher``) are extra targets, e.g. an item-item model's top items for the user
+that she has not interacted with: knowledge distillation through the data (Hinton et al. 2015, with the teacher's top
+list as hard targets). Their histories are drawn from the user's training items only (a teacher item is a target,
+never history): the first ``min(L, max_history)`` of the user's ``L`` pairs in the epoch's random order.
+
 ``history_keep`` < 1 keeps a random share of that history (stochastic rounding of ``keep * count``, at least one
 item): a denoising regulariser, the dropout of Mult-DAE (Liang et al. 2018) and the noise EASE^R's closed form is
 equivalent to (Steck 2019, sec. 3.2), so that the user tower does not memorise a fixed set of items per user.
@@ -40,6 +45,8 @@ class SetExamples:
     label: np.ndarray
     max_history: int
     history_keep: float = 1.0
+    teacher_user: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+    teacher_label: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
 
     @classmethod
     def from_pairs(cls, user_idx: np.ndarray, item_idx: np.ndarray, max_history: int,
@@ -54,8 +61,17 @@ class SetExamples:
         return cls(user_idx[known][order].astype(np.int32), item_idx[known][order].astype(np.int32),
                    int(max_history), float(history_keep))
 
+    def with_teacher(self, user_idx: np.ndarray, item_idx: np.ndarray) -> SetExamples:
+        """These pairs plus teacher pairs ``(user_idx, item_idx)`` as extra targets (module docstring); a teacher
+        pair of a user without training pairs (no history to draw) or of an unknown item is dropped."""
+        user_idx, item_idx = np.asarray(user_idx, np.int64), np.asarray(item_idx, np.int64)
+        has_pairs = np.bincount(self.user, minlength=int(user_idx.max(initial=-1)) + 1)[user_idx] > 0
+        keep = has_pairs & (item_idx >= NUM_RESERVED)
+        return dataclasses.replace(self, teacher_user=user_idx[keep].astype(np.int32),
+                                   teacher_label=item_idx[keep].astype(np.int32))
+
     def __len__(self) -> int:
-        return len(self.label)
+        return len(self.label) + len(self.teacher_label)
 
     def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
         """``tf.data.Dataset`` of dict batches ``user``, ``history`` [B, max_history] (0-padded), ``history_length``,
@@ -64,25 +80,32 @@ class SetExamples:
         import tensorflow as tf
 
         users, labels = tf.constant(self.user), tf.constant(self.label)
+        teacher = (tf.constant(self.teacher_user), tf.constant(self.teacher_label)) if len(self.teacher_label) else None
         epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
         return epochs.flat_map(lambda epoch: _drawn_blocks(
             users, labels, tf.stack([tf.constant(seed, tf.int64), epoch]), batch_size, shuffle, self.max_history,
-            self.history_keep)).prefetch(tf.data.AUTOTUNE)
+            self.history_keep, teacher)).prefetch(tf.data.AUTOTUNE)
 
 
-def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_history: int, history_keep: float):
+def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_history: int, history_keep: float,
+                  teacher=None):
     """Blocks of ``block_size`` examples of one epoch of ``(users, labels)`` (int32 tensors, grouped by user), the
     histories drawn with the stateless seed ``key`` (see the module docstring); TensorFlow ops only, so that it runs
-    inside ``tf.data`` on arrays held in memory or read from a shard file."""
+    inside ``tf.data`` on arrays held in memory or read from a shard file. ``teacher``: ``(users, labels)`` of teacher
+    pairs, rows after the training pairs', their histories the user's first training items in the epoch's order."""
     import tensorflow as tf
 
+    real = tf.size(labels, out_type=tf.int64)
+    if teacher is not None:
+        users, labels = tf.concat([users, teacher[0]], 0), tf.concat([labels, teacher[1]], 0)
     size = tf.size(labels, out_type=tf.int64)
-    length_of_user = tf.math.bincount(users, minlength=tf.reduce_max(users) + 1, dtype=tf.int32)
+    users_of_pairs = users[:real]
+    length_of_user = tf.math.bincount(users_of_pairs, minlength=tf.reduce_max(users) + 1, dtype=tf.int32)
     starts_of_user = tf.cumsum(length_of_user, exclusive=True)
     offsets = tf.range(max_history, dtype=tf.int32)
     # Random order within each user: pairs are already grouped by user, so sort by (user, random rank).
-    rank = tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), seed=key)
-    items = tf.gather(labels, tf.argsort(tf.cast(users, tf.int64) * size + rank, stable=True))
+    rank = tf.random.experimental.stateless_shuffle(tf.range(real, dtype=tf.int64), seed=key)
+    items = tf.gather(labels[:real], tf.argsort(tf.cast(users_of_pairs, tf.int64) * real + rank, stable=True))
     rows = tf.range(size, dtype=tf.int64)
     if shuffle:
         rows = tf.random.experimental.stateless_shuffle(rows, seed=key + [0, 1 << 40])
@@ -91,16 +114,18 @@ def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_histor
         row = tf.cast(rows[start:start + block_size], tf.int32)
         user = tf.gather(users, row)
         first, length = tf.gather(starts_of_user, user), tf.gather(length_of_user, user)
-        position = row - first
-        slot = first[:, None] + (position[:, None] + 1 + offsets[None, :]) % length[:, None]
-        count = tf.minimum(length - 1, max_history)
+        is_teacher = tf.cast(row, tf.int64) >= real  # its history: the user's first items, none of them held out
+        position = tf.where(is_teacher, -1, row - first)
+        slot = first[:, None] + (position[:, None] + 1 + offsets[None, :]) % tf.maximum(length, 1)[:, None]
+        count = tf.minimum(length - 1 + tf.cast(is_teacher, tf.int32), max_history)
         if history_keep < 1.0:
             draw = key + tf.stack([tf.constant(1, tf.int64), start])
             noise = tf.random.stateless_uniform(tf.shape(count), seed=draw)
             kept = tf.floor(history_keep * tf.cast(count, tf.float32) + noise)
             count = tf.minimum(count, tf.maximum(tf.cast(kept, tf.int32), 1))
         history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
-        return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
+        label = tf.where(is_teacher, tf.gather(labels, row), tf.gather(items, tf.minimum(row, tf.cast(real, tf.int32) - 1)))
+        return {"user": user, "history": history, "history_length": count, "label": label}
 
     return tf.data.Dataset.range(0, size, block_size).map(block)
 

@@ -3,29 +3,61 @@
 Each baseline is a *scorer*: a callable mapping user rows [b] to a float32 score matrix [b, V] over vocabulary item
 indices, so exclusion of training items, padding/OOV handling, top-k and metrics are shared with the model.
 :data:`BASELINES` is their registry by name (``eval.baselines``, ``pipelines/evaluate.py --baselines``): how each is
-fitted, whether it needs the whole training matrix and what memory it needs. This module loads TensorFlow only when a
-scorer is made (and SciPy only when EASE^R is fitted), so the config checks and ``--help`` read the registry at once.
+fitted from its parameters (several parameter points at once where they share work), the parameters' defaults and
+tuning grid (``baseline_tuning`` tunes them on a holdout, as the model is tuned), whether it needs the whole training
+matrix, the memory it needs and an estimate of its fitting time. This module loads TensorFlow only when a popularity
+or random scorer is made (and SciPy only when an item-item baseline is fitted), so the config checks and ``--help``
+read the registry at once.
 
 - ``most_popular``: score = number of training interactions of the item (the same list for every user).
 - ``random``: i.i.d. uniform scores, seeded (``tf.random.stateless_uniform`` keyed by ``(seed, first row of the
   block)``, so results are reproducible for a given block size).
-- ``item_knn``: item-based collaborative filtering (Sarwar et al., WWW 2001; RecBole's ``ItemKNN``): cosine
-  similarity on the binary user-item incidence matrix X, ``s(i, j) = c_ij / sqrt(n_i n_j)`` with ``c_ij`` the number
-  of users who have both items and ``n_i`` the number of users who have i; every item keeps its ``n_neighbours`` most
-  similar items (s(i, i) = 0), and ``score(u, j) = sum_{i in train(u)} s(i, j)`` over those neighbour lists.
-
+- ``item_knn``: item-based collaborative filtering (Sarwar et al., WWW 2001; RecBole's ``ItemKNN``) with shrinkage
+  and the asymmetric cosine (Aiolli, "Efficient top-N recommendation for very large scale binary rated datasets",
+  RecSys 2013): ``s(i, j) = c_ij / (n_i^alpha n_j^(1 - alpha) + shrink)`` on the binary user-item incidence X, with
+  ``c_ij`` the number of users who have both items and ``n_i`` the number of users who have i (alpha 0.5 and shrink
+  0: the cosine); every item keeps its ``k`` most similar items (s(i, i) = 0), and ``score(u, j) = sum_{i in
+  train(u)} s(i, j)`` over those neighbour lists. Parameters ``k`` (100), ``shrink`` (0), ``alpha`` (0.5).
+- ``rp3beta``: RP3beta (Paudel et al., "Updatable, accurate, diverse, and scalable recommendations for interactive
+  applications", ACM TiiS 2017; the tuned baseline of Dacrema et al., RecSys 2019): ``P_ui`` = X row-normalised
+  (each user's row sums to 1), ``P_iu`` = X^T row-normalised, ``W = P_iu^a P_ui^a`` (elementwise powers of the
+  nonzeros: a random walk item -> user -> item with sharpened steps), column j divided by ``pop_j^b`` (pop_j: the
+  users who have j; b > 0 lowers popular items), diagonal zeroed, every row's ``k`` largest entries kept;
+  ``score(u, .) = X[u] W``. Parameters ``a``, ``b``, ``k``.
 - ``ease``: EASE^R (Steck, "Embarrassingly Shallow Autoencoders for Sparse Data", WWW 2019, eq. 8), the closed-form
   item-item linear model ``B = I - P diag(1 / diag(P))`` with ``P = (X^T X + lambda I)^-1`` (zero diagonal), and
-  ``score(u, .) = X[u] B``. One hyper-parameter, the L2 weight ``lambda`` (:data:`EASE_LAMBDA` = 500, the paper's
-  value for MovieLens-20M; it measures recall@20 0.282 on ``set-splits/ml-1m``). It needs the dense item x item Gram
-  matrix and its inverse: :func:`ease_memory_mb` estimates the peak, and :func:`skip_reason` says why it does not
-  fit a memory budget (``eval.baseline_memory_mb``), so that the evaluator skips it rather than let it dominate the
-  run's memory (it drove a 15k-item evaluation to 9 GB before it was built in place).
+  ``score(u, .) = X[u] B``. One parameter, the L2 weight ``lambda`` (:data:`EASE_LAMBDA` = 500, the paper's value
+  for MovieLens-20M, and ``eval.ease_lambda``; it measures recall@20 0.282 on ``set-splits/ml-1m``). It needs the
+  dense item x item Gram matrix and its inverse in one float32 buffer: :func:`ease_memory_mb` estimates the peak
+  (7.4 GB at Gowalla's 41k items), and :func:`skip_reason` says why it does not fit a memory budget
+  (``eval.baseline_memory_mb``, default :data:`BASELINE_MEMORY_MB`), so that the evaluator skips it rather than let
+  it dominate the run's memory.
 
-ItemKNN never builds the dense item x item matrix (41k items would need 6.7 GB): co-occurrences are counted from
-(item, co-item) pairs of each user's training items, in item blocks holding at most ``max_pairs`` pairs (cost
-sum_u |train(u)|^2 in time, ``max_pairs`` in memory), and only the top neighbours are kept ([V, n_neighbours]).
-Scoring a user block then expands its (user, train item, neighbour) triples and accumulates them with ``bincount``.
+Tuning grids (:attr:`Baseline.grid`; ``baseline_tuning`` tries the defaults' fit first, then the rest, within a time
+budget). Dacrema et al. searched RP3beta's a and b in [0, 2] and k in [5, 1000], and item-kNN's k in [5, 1000] and
+shrink in [0, 1000], by Bayesian search over 35 points or more; a run gets a compact grid instead, around the values
+that win, of points that share work:
+
+- ``rp3beta``: a in {0.5, 0.75, 1}, b in {0.2, 0.35, 0.5}, k in {100, 200, 400} (27 points, 3 products). The product
+  ``P_iu^a P_ui^a`` is computed once per a and reused for every b (b only rescales its columns) and k (the top-100
+  list is the head of the top-400 one). On a Gowalla holdout (41k items; recall@20 of 5,000 validation users) b
+  matters most: at a = 0.6 and k = 200, b = 0, 0.2, 0.35, 0.5, 0.65 read 0.171, 0.188, 0.189, 0.168, 0.132; the best
+  per a is 0.191 (a 0.5), 0.194 (0.6), 0.189 (0.75) and 0.179 (1), and k = 400 gains up to 0.008 over 200 at
+  b >= 0.35. The defaults (a 0.75, b 0.35, k 200) are the grid's middle.
+- ``item_knn``: k in {100, 200}, shrink in {0, 10, 50}, alpha in {0.5, 0.75, 0.9} (18 points, one product, 9
+  sorts; every k a prefix). On the same holdout the cosine of the defaults (k 100, shrink 0, alpha 0.5, today's
+  item-kNN) reads 0.130; shrink 10-50 lifts it to 0.16, the asymmetric alpha 0.75 (shrink 0-10, k 200) to 0.171;
+  alpha 0.9 reads 0.169 and alpha 1 (the conditional probability) 0.163.
+- ``ease``: lambda in {100, 300, 500, 1000, 3000} (Steck's values: 200 for the Million Song Dataset, 500 for
+  MovieLens-20M, 1000 for Netflix); every lambda is a fit of its own (a Cholesky of V^3 / 3 flops: about 5 minutes
+  at 41k items, so a large catalogue keeps its default, ``eval.ease_lambda``).
+
+Construction of item-kNN and RP3beta never builds the dense item x item matrix (41k items would need 6.7 GB): the
+rows of the item x item product (X^T X, or ``P_iu^a P_ui^a``) are computed by SciPy's sparse product in item blocks
+of at most ``max_pairs`` stored entries (a row has at most ``sum_{u has i} |train(u)|`` of them; the whole costs
+``sum_u |train(u)|^2``, 33M multiply-adds at Gowalla), weighted for every parameter point, and each row's best
+entries are kept by one ``argsort`` of int64 keys; only the neighbour lists are kept ([V, k]). Scoring a user block
+multiplies its sparse rows of X by the sparse matrix of those lists.
 """
 
 from __future__ import annotations
@@ -34,8 +66,10 @@ import contextlib
 import ctypes
 import dataclasses
 import glob
+import itertools
 import os
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+import types
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -47,10 +81,16 @@ if TYPE_CHECKING:
     from retrieval.evaluation.ranking import Scorer
 
 EASE_LAMBDA = 500.0
-EASE_BLOCK = 4096  # Gram-matrix columns (and rows mirrored) per block: a [V, 4096] float32 temporary
-# Default of eval.baseline_memory_mb: EASE^R up to about 27k items (the Cholesky inverse takes about two minutes on 2
-# cores; 41k items: 8.3 GB).
-BASELINE_MEMORY_MB = 4096
+# Gram-matrix columns (and rows mirrored) per block: a [V, 2048] float32 temporary (0.3 GB at 41k items; at 4096
+# it was twice that for the same speed).
+EASE_BLOCK = 2048
+# Default of eval.baseline_memory_mb: EASE^R up to about 43k items (Gowalla's 41k need 7.4 GB; the Cholesky and the
+# inverse take about five minutes there on 2 cores).
+BASELINE_MEMORY_MB = 8192
+TUNING_BUDGET_S = 300.0  # default of eval.baseline_budget_s: seconds per tuned baseline (baseline_tuning)
+TUNING_USERS = 5000  # default of eval.baseline_tuning_users: validation users scoring each grid point
+MAX_PAIRS = 1 << 23  # stored entries of one block of the item x item product (about 0.6 GB of temporaries)
+Params = Mapping[str, float]
 
 
 def most_popular(popularity: np.ndarray) -> Scorer:
@@ -68,62 +108,163 @@ def random(n_items: int, seed: int) -> Scorer:
     return lambda rows: tf.random.stateless_uniform([len(rows), n_items], seed=[seed, int(rows[0]) if len(rows) else 0])
 
 
-def _expand(csr: csr_lib.Csr, rows: np.ndarray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For every ``rows[p]``, pairs (owners[p], column) over that row's columns."""
-    sub = csr_lib.take(csr, rows)
-    return np.repeat(owners, sub.lengths), sub.indices
+def _neighbour_order(i: np.ndarray, j: np.ndarray, weight: np.ndarray, n_items: int) -> np.ndarray:
+    """One unique int64 key per pair sorting by item i, then decreasing weight (positive), then neighbour j.
 
-
-def _neighbour_order(i: np.ndarray, j: np.ndarray, sim: np.ndarray, n_items: int) -> np.ndarray:
-    """One unique int64 key per pair sorting by item i, then decreasing similarity, then neighbour j.
-
-    ``np.argsort`` of it is 20x faster than ``np.lexsort((j, -sim, i))``. The similarity (in [0, 1]) is quantized to
-    the bits left after i and j (30 bits for 41k items); pairs closer than that are ordered by j.
+    ``np.argsort`` of it is 20x faster than ``np.lexsort((j, -weight, i))``. A positive float32's bit pattern orders
+    like its value; it takes the bits left after i and j (31 of them, exact, below 65,536 items; for larger
+    catalogues its last mantissa bits are dropped, and pairs that close are ordered by j).
     """
     bits = max(int(n_items - 1).bit_length(), 1)
-    sim_bits = 62 - 2 * bits
-    if sim_bits < 16:
-        raise ValueError(f"item_knn supports up to 2^23 items, got {n_items}")
-    rank = np.round((1.0 - np.clip(sim, 0.0, 1.0)) * ((1 << sim_bits) - 1)).astype(np.int64)
-    return (i << (sim_bits + bits)) | (rank << bits) | j
+    weight_bits = 63 - 2 * bits
+    if weight_bits < 16:
+        raise ValueError(f"neighbour lists support up to 2^23 items, got {n_items}")
+    pattern = np.asarray(weight, np.float32).view(np.int32).astype(np.int64)
+    rank = (np.int64(0x7FFFFFFF) - pattern) >> max(31 - weight_bits, 0)
+    return (np.asarray(i, np.int64) << (weight_bits + bits)) | (rank << bits) | np.asarray(j, np.int64)
 
 
-class ItemKNN:
-    """Item-item cosine kNN scorer built from the training incidence (see the module docstring)."""
+def _item_blocks(train: csr_lib.Csr, n_items: int, max_pairs: int) -> list[tuple[int, int]]:
+    """Item ranges whose rows of the item x item product hold at most ``max_pairs`` entries together (an item's row
+    at most ``sum_{u has i} |train(u)|``; an item over the bound is a block of its own)."""
+    users, items = csr_lib.to_pairs(train)
+    work = np.bincount(items, weights=train.lengths[users], minlength=n_items)
+    ends = np.searchsorted(np.cumsum(work), np.arange(max_pairs, work.sum() + max_pairs, max_pairs), side="right")
+    bounds = np.unique(np.concatenate([[0], np.maximum(ends, 1), [n_items]]).clip(0, n_items))
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
 
-    def __init__(self, train: csr_lib.Csr, n_items: int, n_neighbours: int = 100, max_pairs: int = 1 << 24):
-        self.train = train
-        self.n_items = n_items
-        users, items = csr_lib.to_pairs(train)
-        by_item = csr_lib.from_pairs(items, users, n_items)
-        n_users_of = by_item.lengths.astype(np.float64)
-        # Work per item: every co-item of every user who has the item.
-        work = np.bincount(items, weights=train.lengths[users], minlength=n_items)
-        ends = np.searchsorted(np.cumsum(work), np.arange(max_pairs, work.sum() + max_pairs, max_pairs), side="right")
-        bounds = np.unique(np.concatenate([[0], np.maximum(ends, 1), [n_items]]).clip(0, n_items))
-        self.neighbours = np.zeros((n_items, n_neighbours), dtype=np.int64)
-        self.weights = np.zeros((n_items, n_neighbours), dtype=np.float32)
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            item_rows = np.arange(lo, hi)
-            owner_item, owner_user = _expand(by_item, item_rows, item_rows)
-            pair_i, pair_j = _expand(train, owner_user, owner_item)
-            keep = pair_i != pair_j
-            keys, counts = np.unique(pair_i[keep] * n_items + pair_j[keep], return_counts=True)
-            i, j = np.divmod(keys, n_items)
-            sim = counts / np.sqrt(n_users_of[i] * n_users_of[j])
-            order = np.argsort(_neighbour_order(i, j, sim, n_items))
-            i, j, sim = i[order], j[order], sim[order]
-            starts = np.searchsorted(i, i, side="left")
-            rank = np.arange(len(i)) - starts
-            top = rank < n_neighbours
-            self.neighbours[i[top], rank[top]] = j[top]
-            self.weights[i[top], rank[top]] = sim[top]
+
+Weighting = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def _neighbour_lists(left: scipy.sparse.csr_matrix, right: scipy.sparse.csr_matrix, weightings: Sequence[Weighting],
+                     widths: Sequence[int], blocks: Sequence[tuple[int, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For every weighting, each item's ``width`` best neighbours ([V, width] items and float32 weights, best first,
+    ties to the lower item; zero-weight padding): row i of ``left @ right`` (an item x item product) with entry
+    (i, j) weighted by ``weighting(i, j, value)``, the diagonal and non-positive weights left out."""
+    n_items = left.shape[0]
+    lists = [(np.zeros((n_items, width), np.int32), np.zeros((n_items, width), np.float32)) for width in widths]
+    for lo, hi in blocks:
+        product = left[lo:hi] @ right
+        i = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(product.indptr))
+        j, value = product.indices.astype(np.int64), product.data
+        del product
+        off = i != j
+        i, j, value = i[off], j[off], value[off]
+        for weighting, width, (neighbours, weights) in zip(weightings, widths, lists, strict=True):
+            weight = weighting(i, j, value)
+            keep = weight > 0
+            wi, wj, ww = i[keep], j[keep], weight[keep]
+            order = np.argsort(_neighbour_order(wi, wj, ww, n_items))
+            wi, wj, ww = wi[order], wj[order], ww[order]
+            starts = np.concatenate([[0], np.flatnonzero(np.diff(wi)) + 1])
+            rank = np.arange(len(wi)) - np.repeat(starts, np.diff(np.append(starts, len(wi))))
+            top = rank < width
+            neighbours[wi[top], rank[top]] = wj[top]
+            weights[wi[top], rank[top]] = ww[top]
+    return lists
+
+
+class Neighbours:
+    """Scorer ``score(u, j) = sum_{i in train(u)} w(i, j)`` over every item's neighbour list (``neighbours`` and
+    ``weights``: [V, k], best first, zero weights pad): the sparse product of the users' rows of X with the sparse
+    [V, V] matrix of the lists (SciPy, float32), made at the first call."""
+
+    def __init__(self, train: csr_lib.Csr, n_items: int, neighbours: np.ndarray, weights: np.ndarray):
+        self.train, self.n_items = train, n_items
+        self.neighbours, self.weights = neighbours, weights
+        self._incidence = self._matrix = None
+
+    def first(self, k: int) -> Neighbours:
+        """The scorer of every list's first ``k`` neighbours (views, no copy)."""
+        if k >= self.neighbours.shape[1]:
+            return self
+        return Neighbours(self.train, self.n_items, self.neighbours[:, :k], self.weights[:, :k])
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        local, items = _expand(self.train, np.asarray(rows, dtype=np.int64), np.arange(len(rows)))
-        keys = (local[:, None] * self.n_items + self.neighbours[items]).reshape(-1)
-        scores = np.bincount(keys, weights=self.weights[items].reshape(-1), minlength=len(rows) * self.n_items)
-        return scores.astype(np.float32).reshape(len(rows), self.n_items)
+        import scipy.sparse
+
+        if self._matrix is None:
+            width = self.neighbours.shape[1]
+            self._matrix = scipy.sparse.csr_matrix(
+                (self.weights.reshape(-1), self.neighbours.reshape(-1), np.arange(self.n_items + 1) * width),
+                shape=(self.n_items, self.n_items))
+            self._matrix.eliminate_zeros()
+            self._incidence = _sparse(self.train, self.n_items)
+        scores = np.zeros((len(rows), self.n_items), np.float32)
+        (self._incidence[np.asarray(rows, dtype=np.int64)] @ self._matrix).toarray(out=scores)
+        return scores
+
+
+def _check(name: str, points: Sequence[Params], ranges: Mapping[str, tuple[float, float]]) -> None:
+    for point in points:
+        for param, (low, high) in ranges.items():
+            if not low <= point[param] <= high:
+                raise ValueError(f"{name}'s {param} must be in [{low:g}, {high:g}], got {point[param]}")
+
+
+def item_knn(train: csr_lib.Csr, n_items: int, points: Sequence[Params], max_pairs: int = MAX_PAIRS
+             ) -> list[Neighbours]:
+    """Item-kNN scorers (see the module docstring), one per point ``{"k", "shrink", "alpha"}``: one pass over the
+    co-occurrence counts, one sort per (alpha, shrink), every k a prefix of the longest list."""
+    _check("item_knn", points, {"k": (1, np.inf), "shrink": (0, np.inf), "alpha": (0, 1)})
+    x = _sparse(train, n_items, np.float64)
+    users_of = np.asarray(x.sum(axis=0)).ravel()
+    kinds = list(dict.fromkeys((float(p["alpha"]), float(p["shrink"])) for p in points))
+
+    def weighting(alpha: float, shrink: float) -> Weighting:
+        row, column = users_of ** alpha, users_of ** (1.0 - alpha)
+        return lambda i, j, count: count / (row[i] * column[j] + shrink)
+
+    widths = [max(int(p["k"]) for p in points if (float(p["alpha"]), float(p["shrink"])) == kind) for kind in kinds]
+    lists = _neighbour_lists(x.T.tocsr(), x, [weighting(*kind) for kind in kinds], widths,
+                             _item_blocks(train, n_items, max_pairs))
+    fitted = {kind: Neighbours(train, n_items, *pair) for kind, pair in zip(kinds, lists, strict=True)}
+    return [fitted[(float(p["alpha"]), float(p["shrink"]))].first(int(p["k"])) for p in points]
+
+
+def rp3beta(train: csr_lib.Csr, n_items: int, points: Sequence[Params], max_pairs: int = MAX_PAIRS
+            ) -> list[Neighbours]:
+    """RP3beta scorers (see the module docstring), one per point ``{"a", "b", "k"}``: one product per a, one sort
+    per (a, b), every k a prefix of the longest list."""
+    _check("rp3beta", points, {"a": (0, np.inf), "b": (-np.inf, np.inf), "k": (1, np.inf)})
+    x = _sparse(train, n_items, np.float64)
+    by_item = x.T.tocsr()
+    degree = np.maximum(np.asarray(x.sum(axis=0)).ravel(), 1.0)  # an item without users has no entry to divide
+    to_item = 1.0 / np.repeat(degree, np.diff(by_item.indptr))  # P_iu's nonzeros, item rows
+    to_user = 1.0 / np.repeat(np.maximum(np.diff(x.indptr), 1), np.diff(x.indptr))  # P_ui's nonzeros, user rows
+    blocks = _item_blocks(train, n_items, max_pairs)
+
+    def weighting(b: float) -> Weighting:
+        scale = degree ** -b
+        return lambda i, j, value: value * scale[j]
+
+    fitted = {}
+    for a in dict.fromkeys(float(p["a"]) for p in points):
+        left, right = by_item.copy(), x.copy()
+        left.data, right.data = to_item ** a, to_user ** a
+        bs = list(dict.fromkeys(float(p["b"]) for p in points if float(p["a"]) == a))
+        widths = [max(int(p["k"]) for p in points if (float(p["a"]), float(p["b"])) == (a, b)) for b in bs]
+        lists = _neighbour_lists(left, right, [weighting(b) for b in bs], widths, blocks)
+        fitted.update({(a, b): Neighbours(train, n_items, *pair) for b, pair in zip(bs, lists, strict=True)})
+    return [fitted[(float(p["a"]), float(p["b"]))].first(int(p["k"])) for p in points]
+
+
+class ItemKNN(Neighbours):
+    """The item-kNN scorer of one parameter point (see :func:`item_knn`)."""
+
+    def __init__(self, train: csr_lib.Csr, n_items: int, n_neighbours: int = 100, shrink: float = 0.0,
+                 alpha: float = 0.5, max_pairs: int = MAX_PAIRS):
+        (fitted,) = item_knn(train, n_items, [{"k": n_neighbours, "shrink": shrink, "alpha": alpha}], max_pairs)
+        super().__init__(train, n_items, fitted.neighbours, fitted.weights)
+
+
+class RP3beta(Neighbours):
+    """The RP3beta scorer of one parameter point (see :func:`rp3beta`)."""
+
+    def __init__(self, train: csr_lib.Csr, n_items: int, a: float, b: float, k: int, max_pairs: int = MAX_PAIRS):
+        (fitted,) = rp3beta(train, n_items, [{"a": a, "b": b, "k": k}], max_pairs)
+        super().__init__(train, n_items, fitted.neighbours, fitted.weights)
 
 
 class Ease:
@@ -137,8 +278,7 @@ class Ease:
     - the upper triangle of the inverse is mirrored ``block`` rows at a time, and the weights overwrite it.
     Scoring multiplies the users' sparse rows by the weights (work ``|train(u)| V`` per user)."""
 
-    def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA,
-                 block: int = EASE_BLOCK):
+    def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA, block: int = EASE_BLOCK):
         import scipy.linalg.lapack
 
         if l2 <= 0:
@@ -168,11 +308,11 @@ class Ease:
         return np.asarray(self.incidence[np.asarray(rows, dtype=np.int64)] @ self.weights, dtype=np.float32)
 
 
-def _sparse(train: csr_lib.Csr, n_items: int) -> scipy.sparse.csr_matrix:
-    """The binary user x item incidence of ``train`` as a SciPy float32 CSR matrix."""
+def _sparse(train: csr_lib.Csr, n_items: int, dtype=np.float32) -> scipy.sparse.csr_matrix:
+    """The binary user x item incidence of ``train`` as a SciPy CSR matrix (float32 unless ``dtype`` says)."""
     import scipy.sparse
 
-    return scipy.sparse.csr_matrix((np.ones(len(train.indices), np.float32), train.indices, train.indptr),
+    return scipy.sparse.csr_matrix((np.ones(len(train.indices), dtype), train.indices, train.indptr),
                                    shape=(train.n_rows, n_items))
 
 
@@ -228,24 +368,119 @@ def ease_memory_mb(n_items: int, block: int = EASE_BLOCK) -> float:
     return 4 * (n_items * n_items + 3 * min(block, n_items) * n_items) / (1 << 20)
 
 
+class Shape(NamedTuple):
+    """The size of a training matrix, as the fitting-time estimates read it."""
+
+    n_users: int
+    n_items: int
+    n_pairs: int
+    pair_work: int  # sum_u |train(u)|^2: the multiply-adds of the item x item product
+
+    @classmethod
+    def of(cls, train: csr_lib.Csr, n_items: int) -> Shape:
+        lengths = train.lengths.astype(np.int64)
+        return cls(train.n_rows, n_items, int(lengths.sum()), int((lengths * lengths).sum()))
+
+
+class Training(NamedTuple):
+    """What a baseline is fitted on: the training incidence [U, V], the catalogue size, the popularity counts [V]
+    and the seed."""
+
+    train: csr_lib.Csr
+    n_items: int
+    popularity: np.ndarray
+    seed: int = 0
+
+
+# Seconds per unit of work on 2 cores, on the safe side (measured at Gowalla's size, 41k items and 33M pair
+# products: one RP3beta product and sort in 3 to 7 s); the budget of eval.baseline_budget_s reads them before a
+# baseline's first fit, its own measured times after that.
+SORT_S_PER_PAIR = 1.2e-7  # one weighting's argsort of the product's entries, per multiply-add of the product
+PRODUCT_S_PER_PAIR = 3e-8  # the sparse item x item product
+# EASE^R's Cholesky factorisation and inverse, per V^3: about 5 minutes at 41k items (spotrf alone 174 s). On a box
+# whose cores other jobs keep busy, the multithreaded spotri can take several times longer (8k items: 29 s against
+# 5 s on one thread), so this is a lower bound there.
+EASE_S_PER_CUBE = 4.5e-12
+
+
+def _neighbour_seconds(separate: str) -> Callable[[Shape, Sequence[Params]], float]:
+    """Fitting time of item-kNN or RP3beta points: one product per value of ``separate`` (RP3beta's a; item-kNN's
+    counts are shared, ``separate`` empty), one sort per weighting."""
+    def seconds(shape: Shape, points: Sequence[Params]) -> float:
+        products = len({p[separate] for p in points}) if separate else 1
+        sorts = len({tuple(p[name] for name in p if name != "k") for p in points})
+        return shape.pair_work * (products * PRODUCT_S_PER_PAIR + sorts * SORT_S_PER_PAIR)
+    return seconds
+
+
+def _ease_seconds(shape: Shape, points: Sequence[Params]) -> float:
+    return len(points) * (EASE_S_PER_CUBE * float(shape.n_items) ** 3 + PRODUCT_S_PER_PAIR * shape.pair_work)
+
+
+def _fit_ease(training: Training, points: Sequence[Params]) -> list[Scorer]:
+    # Ease looked up at call time: benchmarks/bench_quality.py swaps in a version that keeps its weights on disk.
+    return [Ease(training.train, training.n_items, float(point["lambda"])) for point in points]
+
+
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    """One baseline: ``make(train, n_items, popularity, seed, ease_lambda)`` fits its scorer; ``whole_matrix``: it is
-    fitted on every user's training items (a user sample cannot fit it); ``memory_mb(n_items)``: the memory it needs
-    beyond the evaluation's own (None: none that grows with the catalogue)."""
+    """One baseline.
 
-    make: Callable[[csr_lib.Csr, int, np.ndarray, int, float], Scorer]
+    - ``fit(training, points)``: one scorer per parameter point (a mapping with every parameter), fitted together
+      where the points share work;
+    - ``defaults``: its parameters and their default values (none: nothing to tune);
+    - ``grid``: the values ``baseline_tuning`` tries per parameter (see the module docstring);
+    - ``separate``: the parameters every value of which costs a fit of its own; points that differ in the others
+      only are fitted together (tuning counts its time budget in such fits);
+    - ``whole_matrix``: it is fitted on every user's training items (a user sample cannot fit it);
+    - ``memory_mb(n_items)``: the memory it needs beyond the evaluation's own (None: none that grows with the
+      catalogue);
+    - ``seconds(shape, points)``: estimated time of fitting ``points`` together (None: negligible).
+    """
+
+    fit: Callable[[Training, Sequence[Params]], list[Scorer]]
+    defaults: Params = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
+    grid: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
+    separate: tuple[str, ...] = ()
     whole_matrix: bool = False
     memory_mb: Optional[Callable[[int], float]] = None
+    seconds: Optional[Callable[[Shape, Sequence[Params]], float]] = None
+
+    @property
+    def tunable(self) -> bool:
+        return any(len(values) > 1 for values in self.grid.values())
+
+    def grid_points(self) -> list[dict[str, float]]:
+        return grid_points(self.defaults, self.grid)
+
+
+def grid_points(defaults: Params, grid: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:
+    """Every point of ``grid`` (parameters in the order of ``defaults``; one not in the grid: its default)."""
+    values = [tuple(grid.get(name, (value,))) for name, value in defaults.items()]
+    return [dict(zip(defaults, combination, strict=True)) for combination in itertools.product(*values)]
+
+
+def _frozen(mapping: Mapping) -> Mapping:
+    return types.MappingProxyType(dict(mapping))
 
 
 # The baselines, by name (eval.baselines, evaluate --baselines); the config's default lists them in this order.
 BASELINES: dict[str, Baseline] = {
-    "most_popular": Baseline(lambda train, n_items, popularity, seed, l2: most_popular(popularity)),
-    "random": Baseline(lambda train, n_items, popularity, seed, l2: random(n_items, seed)),
-    "item_knn": Baseline(lambda train, n_items, popularity, seed, l2: ItemKNN(train, n_items), whole_matrix=True),
-    "ease": Baseline(lambda train, n_items, popularity, seed, l2: Ease(train, n_items, l2), whole_matrix=True,
-                     memory_mb=ease_memory_mb),
+    "most_popular": Baseline(lambda training, points: [most_popular(training.popularity) for _ in points]),
+    "random": Baseline(lambda training, points: [random(training.n_items, training.seed) for _ in points]),
+    "item_knn": Baseline(
+        lambda training, points: item_knn(training.train, training.n_items, points),
+        defaults=_frozen({"k": 100, "shrink": 0.0, "alpha": 0.5}),
+        grid=_frozen({"k": (100, 200), "shrink": (0.0, 10.0, 50.0), "alpha": (0.5, 0.75, 0.9)}),
+        separate=("alpha", "shrink"), whole_matrix=True, seconds=_neighbour_seconds("")),
+    "rp3beta": Baseline(
+        lambda training, points: rp3beta(training.train, training.n_items, points),
+        defaults=_frozen({"a": 0.75, "b": 0.35, "k": 200}),
+        grid=_frozen({"a": (0.5, 0.75, 1.0), "b": (0.2, 0.35, 0.5), "k": (100, 200, 400)}),
+        separate=("a",), whole_matrix=True, seconds=_neighbour_seconds("a")),
+    "ease": Baseline(_fit_ease, defaults=_frozen({"lambda": EASE_LAMBDA}),
+                     grid=_frozen({"lambda": (100.0, 300.0, 500.0, 1000.0, 3000.0)}), separate=("lambda",),
+                     whole_matrix=True, memory_mb=ease_memory_mb, seconds=_ease_seconds),
 }
 NAMES = tuple(BASELINES)
 
@@ -261,9 +496,34 @@ def skip_reason(name: str, n_items: int, memory_budget_mb: float) -> Optional[st
             f"eval.baseline_memory_mb = {memory_budget_mb:g}")
 
 
-def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, seed: int = 0,
-         ease_lambda: float = EASE_LAMBDA) -> Scorer:
-    """The scorer of baseline ``name`` (one of :data:`BASELINES`); see :func:`skip_reason` for the memory it needs."""
+def _baseline(name: str) -> Baseline:
     if name not in BASELINES:
         raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
-    return BASELINES[name].make(train, n_items, popularity, seed, ease_lambda)
+    return BASELINES[name]
+
+
+def params_of(name: str, params: Optional[Params] = None, ease_lambda: Optional[float] = None) -> dict[str, float]:
+    """The full parameter point of baseline ``name``: its defaults (EASE^R's lambda: ``ease_lambda`` when given),
+    overridden by ``params``."""
+    baseline = _baseline(name)
+    point = dict(baseline.defaults)
+    if ease_lambda is not None and "lambda" in point:
+        point["lambda"] = float(ease_lambda)
+    unknown = sorted(set(params or {}) - set(point))
+    if unknown:
+        raise ValueError(f"baseline {name} has no parameter {', '.join(unknown)}; its parameters: "
+                         f"{', '.join(point) or 'none'}")
+    point.update(params or {})
+    return point
+
+
+def fit(name: str, training: Training, points: Sequence[Params]) -> list[Scorer]:
+    """The scorers of baseline ``name`` at every (full) parameter point, fitted together where they share work."""
+    return _baseline(name).fit(training, [dict(point) for point in points])
+
+
+def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, seed: int = 0,
+         params: Optional[Params] = None, *, ease_lambda: Optional[float] = None) -> Scorer:
+    """The scorer of baseline ``name`` (one of :data:`BASELINES`) with ``params`` (missing ones: the defaults, see
+    :func:`params_of`); see :func:`skip_reason` for the memory it needs."""
+    return fit(name, Training(train, n_items, popularity, seed), [params_of(name, params, ease_lambda)])[0]

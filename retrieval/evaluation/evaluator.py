@@ -9,7 +9,8 @@ training history form the headline group; those without (cold start) are reporte
 
 - ``recall@20``, ``ndcg@20``, ... model, users with history; ``recall@20_ci_low`` / ``_ci_high`` bootstrap 95%
 - ``cold_start/recall@20``: model, users without training history
-- ``baseline/<name>/recall@20`` (and ``baseline/<name>/cold_start/...``)
+- ``baseline/<name>/recall@20`` (and ``baseline/<name>/cold_start/...``); ``baseline/<name>/params/<p>``: the
+  parameters it was fitted with (``baselines.params_of``), ``baseline/<name>/fit_seconds``: the time its fit took
 - ``<name>/recall@20``: another system passed in ``others`` (e.g. a previous run), same users and catalogue
 - ``paired/<name>/recall@20_diff`` (model minus system ``name``, per user, averaged) with ``recall@20_diff_ci_low``,
   ``recall@20_diff_ci_high`` and the paired ``recall@20_p_value``
@@ -66,7 +67,7 @@ class Progress:
                      self.done, self.total, 100.0 * self.done / max(self.total, 1), tag, rate, eta)
 
 
-def _rankable(train: csr_lib.Csr, test: csr_lib.Csr, exclude_train: bool) -> tuple[csr_lib.Csr, int]:
+def rankable(train: csr_lib.Csr, test: csr_lib.Csr, exclude_train: bool) -> tuple[csr_lib.Csr, int]:
     """Test pairs that can be recommended, and how many were removed for being training items of the user."""
     if not exclude_train:
         return test, 0
@@ -102,6 +103,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
              head_share: float = 0.8, max_block_bytes: int = 256 << 20,
              ease_lambda: float = baselines_lib.EASE_LAMBDA,
              baseline_memory_mb: float = baselines_lib.BASELINE_MEMORY_MB,
+             baseline_params: Optional[Mapping[str, Mapping[str, float]]] = None,
              progress_interval_s: float = PROGRESS_INTERVAL_S) -> dict:
     """Full-corpus evaluation of ``user_vectors @ item_vectors.T`` and the baselines; returns flat metrics.
 
@@ -121,8 +123,9 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
         ``ranking.ann_top_k``).
       head_share: share of training interactions the popularity head holds (tail metrics).
       max_block_bytes: memory bound of one score block.
-      ease_lambda: EASE^R's L2 weight.
+      ease_lambda: EASE^R's L2 weight, unless ``baseline_params`` gives one.
       baseline_memory_mb: memory a baseline may take (``baselines.skip_reason``).
+      baseline_params: parameters per baseline name (e.g. chosen by ``baseline_tuning``); the others: defaults.
       progress_interval_s: seconds between progress lines (users ranked, rate, ETA) while ranking.
     """
     ks = sorted({int(k) for k in ks})
@@ -131,7 +134,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
         raise ValueError(f"{n_users} user vectors but train/test have {train.n_rows}/{test.n_rows} rows")
     popularity = np.bincount(train.indices, minlength=n_items) if popularity is None else np.asarray(popularity)
     tail = metrics_lib.tail_mask(popularity, head_share)
-    relevant, n_seen = _rankable(train, test, exclude_train)
+    relevant, n_seen = rankable(train, test, exclude_train)
     has_test, has_train = relevant.lengths > 0, train.lengths > 0
     groups = {"": np.flatnonzero(has_test & has_train), "cold_start/": np.flatnonzero(has_test & ~has_train)}
     out = {
@@ -155,8 +158,14 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
         logging.warning("baseline %s skipped: %s", name, reason)
     out["protocol/skipped_baselines"] = list(skipped)
     out.update({f"protocol/skipped/{name}": reason for name, reason in skipped.items()})
-    systems += [(f"baseline/{name}/", name, baselines_lib.make(name, train, n_items, popularity, seed, ease_lambda))
-                for name in baselines if name not in skipped]
+    for name in baselines:
+        if name in skipped:
+            continue
+        params = baselines_lib.params_of(name, (baseline_params or {}).get(name), ease_lambda)
+        start = time.monotonic()
+        systems.append((f"baseline/{name}/", name, baselines_lib.make(name, train, n_items, popularity, seed, params)))
+        out[f"baseline/{name}/fit_seconds"] = time.monotonic() - start
+        out.update({f"baseline/{name}/params/{param}": value for param, value in params.items()})
     systems += [(f"{name}/", name, scorer) for name, scorer in (others or {}).items()]
     progress = Progress(len(systems) * sum(len(rows) for rows in groups.values()), progress_interval_s)
     model = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -50,6 +50,52 @@ def _headline(metrics: Mapping, group: str) -> list[str]:
     return _table(header, rows)
 
 
+def headline_k(ks: Sequence[int]) -> int:
+    """The headline's cut-off: the second of the sorted cut-offs when there are several, else the only one (20 for
+    the default 10, 20, 50, 100); also the cut-off the baselines are tuned at (``baseline_tuning``)."""
+    ks = sorted({int(k) for k in ks})
+    return ks[min(1, len(ks) - 1)]
+
+
+def _seconds(value) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def _baselines(metrics: Mapping) -> list[str]:
+    """The baselines' section: where they were tuned, each one's parameters, validation metric, points tried and
+    times (``baseline_tuning``, ``evaluator``), the notes of the tuning, and the best baseline against the model."""
+    names = [name for name in metrics.get("protocol/baselines", []) if f"baseline/{name}/fit_seconds" in metrics]
+    if not names:
+        return []
+    validation = sorted({key.rsplit("/", 1)[1] for key in metrics if key.startswith("baseline/")
+                         and key.rsplit("/", 2)[1] == "validation"})
+    metric = validation[0] if validation else "recall"
+    rows, notes = [], []
+    for name in names:
+        prefix = f"baseline/{name}/"
+        params = " ".join(f"{key[len(prefix) + 7:]}={value:g}" for key, value in metrics.items()
+                          if key.startswith(prefix + "params/"))
+        tried = (f"{metrics[prefix + 'tuning/tried']} of {metrics[prefix + 'tuning/grid']}"
+                 if prefix + "tuning/grid" in metrics else "–")
+        rows.append([name, params or "–", _number(metrics.get(f"{prefix}validation/{metric}")), tried,
+                     _seconds(metrics.get(prefix + "tuning_seconds")), _seconds(metrics.get(prefix + "fit_seconds"))])
+        if metrics.get(prefix + "tuning/note"):
+            notes.append(f"- {name}: {metrics[prefix + 'tuning/note']}")
+    lines = ["", "## Baselines", "",
+             f"**Tuning:** {metrics.get('protocol/baseline_tuning', 'none (no tunable baseline)')}.", ""]
+    lines += _table(["baseline", "parameters", f"validation {metric}", "points tried", "tuning (s)", "fit (s)"], rows)
+    lines += [""] + notes if notes else []
+    k = headline_k(metrics["protocol/ks"])
+    scored = {name: metrics[f"baseline/{name}/recall@{k}"] for name in names
+              if f"baseline/{name}/recall@{k}" in metrics}
+    if scored and f"recall@{k}" in metrics:
+        best = max(scored, key=scored.get)
+        model = metrics[f"recall@{k}"]
+        lines += ["", f"Best baseline on recall@{k}: {best} ({_number(scored[best])}); the model: {_number(model)} "
+                  f"({'trails it' if model < scored[best] else 'at or above it'})."]
+    return lines
+
+
 def _cold_items(metrics: Mapping) -> list[str]:
     """The cold catalogue items' section (``evaluation.cold_items``), when the catalogue has any."""
     if not metrics.get("count/cold_items/items"):
@@ -74,7 +120,8 @@ def _cold_items(metrics: Mapping) -> list[str]:
 
 
 def render_markdown(metrics: Mapping) -> str:
-    """The Markdown report: protocol, headline table with intervals, all metrics, paired tests, cold start, counts."""
+    """The Markdown report: protocol, headline table with intervals, the baselines' tuning, all metrics, paired
+    tests, cold start, counts."""
     ks, systems = metrics["protocol/ks"], _systems(metrics)
     lines = [f"# Evaluation of run {metrics.get('run_id', '')}".rstrip(), "",
              f"**Protocol:** {metrics.get('protocol', 'not recorded')}. **Ranking:** {metrics['protocol/ranking']}; "
@@ -84,6 +131,7 @@ def render_markdown(metrics: Mapping) -> str:
              f"({metrics['protocol/bootstrap_resamples']} resamples, seed {metrics['protocol/seed']}). Test users "
              f"without training history ({metrics['count/cold_start_users']}) are reported separately.", "",
              "## Headline", ""] + _headline(metrics, "")
+    lines += _baselines(metrics)
     lines += ["", "## All metrics", ""]
     rows = [[f"{m}@{k}"] + [_number(metrics.get(f"{prefix}{m}@{k}")) for _, prefix in systems]
             for m in ALL_METRICS for k in ks]

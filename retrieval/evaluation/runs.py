@@ -2,10 +2,11 @@
 
 :func:`evaluate_run` reads the run (see ``loading``), indexes train and test against the run's catalogue
 (``protocols.prepare``), encodes the test users from their training histories, calls ``evaluator.evaluate`` for the
-model, the baselines, an optional approximate index and an optional second run, adds the protocol and the counts,
-and writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run (atomically, ``report.write``).
-Settings not passed come from the run's ``config.json`` (``eval.ks``, ``eval.exclude_train``, ``eval.baselines``,
-``eval.bootstrap``, ``seed``), else from the defaults below.
+model, the baselines (tuned first on the run's holdout, ``baseline_tuning``, then refitted on all training data),
+an optional approximate index and an optional second run, adds the protocol and the counts, and writes
+``metrics.json``, ``report.md`` and ``recall_at_k.png`` into the run (atomically, ``report.write``). Settings not
+passed come from the run's ``config.json`` (``eval.ks``, ``eval.exclude_train``, ``eval.baselines``,
+``eval.bootstrap``, ``eval.baseline_budget_s``, ..., ``seed``), else from the defaults below.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from retrieval.data import catalogue as catalogue_lib
 from retrieval.data import content, features
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
+from retrieval.evaluation import baseline_tuning, cold_items, evaluator, loading, protocols, ranking, report
 from retrieval.evaluation import baselines as baselines_lib
-from retrieval.evaluation import cold_items, evaluator, loading, protocols, ranking, report
 
 DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
             "ease_lambda": baselines_lib.EASE_LAMBDA, "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
+            "baseline_budget_s": baseline_tuning.BUDGET_S, "baseline_tuning_users": baseline_tuning.TUNING_USERS,
             "max_users": 0}
 # Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
 WHOLE_MATRIX_BASELINES = tuple(name for name, baseline in baselines_lib.BASELINES.items() if baseline.whole_matrix)
@@ -98,12 +100,31 @@ def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> 
     return ranking.dot_scorer(user_vectors, item_vectors, unavailable)
 
 
+def _tune_baselines(paths: artifacts.RunPaths, catalogue: np.ndarray, train: Optional[pd.DataFrame],
+                    settings: dict) -> tuple[dict, str]:
+    """The tunable baselines of ``settings`` tuned on the run's holdout (``baseline_tuning``), and the protocol line
+    ("" when no baseline is tunable)."""
+    names = [name for name in settings["baselines"] if baselines_lib.BASELINES[name].tunable]
+    if not names:
+        return {}, ""
+    holdout = baseline_tuning.run_holdout(paths.root, catalogue, train)
+    if holdout is None:
+        logging.warning("baselines not tuned: the run has no validation data (no automatic holdout, no validation "
+                        "file); %s keep their defaults", ", ".join(names))
+    tuned = baseline_tuning.tune_all(
+        names, holdout, report.headline_k(settings["ks"]), defaults={"ease": {"lambda": settings["ease_lambda"]}},
+        budget_s=settings["baseline_budget_s"], max_users=settings["baseline_tuning_users"], seed=settings["seed"],
+        memory_mb=settings["baseline_memory_mb"], exclude_train=settings["exclude_train"])
+    return tuned, baseline_tuning.protocol(holdout, tuned, settings["baseline_budget_s"])
+
+
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
                  exclude_train: Optional[bool] = None, baselines: Optional[Sequence[str]] = None,
                  n_bootstrap: Optional[int] = None, seed: Optional[int] = None, ann_index_path: Optional[str] = None,
                  ann_index_offset: int = 0, compare_run_dir: Optional[str] = None, write: bool = True,
                  output_dir: Optional[str] = None, head_share: float = 0.8,
-                 max_block_bytes: int = 256 << 20, max_users: Optional[int] = None) -> dict:
+                 max_block_bytes: int = 256 << 20, max_users: Optional[int] = None,
+                 baseline_budget_s: Optional[float] = None) -> dict:
     """Evaluates the run in ``run_dir`` on its test split (or ``test_path``); returns the flat metrics.
 
     Args:
@@ -128,11 +149,14 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
       max_users: evaluate a seeded uniform sample of this many test users (default: the run's ``eval.max_users``;
         0: all). Only the sampled users' rows of the train and test tables are read (filtered scans), so the memory
         depends on the sample, not on the log; popularity still counts the whole training table, and the item-item
-        baselines (item-kNN, EASE^R), which need the whole matrix, are skipped. Intervals are over the sample.
+        baselines (item-kNN, RP3beta, EASE^R), which need the whole matrix, are skipped. Intervals are over the
+        sample.
+      baseline_budget_s: seconds each tunable baseline may spend on its tuning (default: the run's
+        ``eval.baseline_budget_s``; 0: no tuning, the defaults). The holdout and the grid: ``baseline_tuning``.
     """
     paths = artifacts.RunPaths(run_dir)
     settings = _settings(run_dir, ks=ks, exclude_train=exclude_train, baselines=baselines, bootstrap=n_bootstrap,
-                         seed=seed, max_users=max_users)
+                         seed=seed, max_users=max_users, baseline_budget_s=baseline_budget_s)
     sample = None if test_path else user_sample(paths.test_data, settings["max_users"], settings["seed"])
     if sample is None:
         train = loading.read_interactions(paths.train_data, "training data")
@@ -164,14 +188,20 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         import faiss  # only needed for this option
 
         ann_index = faiss.read_index(str(ann_index_path))
+    tuned, tuning = _tune_baselines(paths, data.item_ids, train if sample is None else None, settings)
     result = evaluator.evaluate(
         user_vectors, model.item_vectors[warm], data.train, data.test, settings["ks"], popularity=data.popularity,
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
         n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index,
         ann_index_offset=ann_index_offset, head_share=head_share,
         max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"],
-        baseline_memory_mb=settings["baseline_memory_mb"])
+        baseline_memory_mb=settings["baseline_memory_mb"],
+        baseline_params={name: t.params for name, t in tuned.items()})
     result.update(data.counts)
+    for t in tuned.values():
+        result.update(t.metrics())
+    if tuning:
+        result["protocol/baseline_tuning"] = tuning
     if not model.warm.all():
         result.update(cold_items.evaluate(user_vectors, model.item_vectors, warm, catalogue.train, catalogue.test,
                                           _content(paths, catalogue.item_ids), settings["ks"],

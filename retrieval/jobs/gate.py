@@ -1,6 +1,6 @@
 """The quality gate: a run is published only if it is good enough and no worse than what is live.
 
-Three checks, all on the evaluation's flat metrics (``"recall@20"``, ...):
+Three checks, and a fourth on request, all on the evaluation's flat metrics (``"recall@20"``, ...):
 
 * floors: ``metrics[name] >= floor`` for every configured floor;
 * lift over most-popular: on the first compared metric, ``new >= (1 + min_lift) * popular``, where ``popular`` is
@@ -10,6 +10,9 @@ Three checks, all on the evaluation's flat metrics (``"recall@20"``, ...):
 * regression: for each compared metric, ``new >= (1 - max_regression) * published``, where ``published`` is the
   metric of the published run of the same lineage (``identity.lineage_of``: the same data source; skipped when the
   lineage has published nothing yet), never of a run trained and evaluated on other data;
+* best baseline (``gate.beat_best_baseline``, off by default): on the first compared metric, ``new >= best``, where
+  ``best`` is the highest baseline of the same evaluation (the tuned item-kNN, RP3beta, EASE^R, ...). Off, a model
+  that trails it is still published (the run's stdout says it trails, ``evaluation.summary``);
 
 and one that no metric can pass: a run that may not be published whatever it measures (``unpublishable``, e.g. a
 tuning run scored on its validation data, ``identity.validation_scored``).
@@ -60,6 +63,40 @@ def popular_metrics(evaluation: Mapping[str, object]) -> Dict[str, float]:
             if key.startswith(prefix) and isinstance(value, (int, float))}
 
 
+def baseline_metrics(evaluation: Mapping[str, object]) -> Dict[str, Dict[str, float]]:
+    """Every evaluated baseline's flat metrics in a full evaluation, by name (``baseline/rp3beta/recall@20`` ->
+    ``{"rp3beta": {"recall@20": ...}}``; the baselines of ``protocol/baselines``)."""
+    out: Dict[str, Dict[str, float]] = {}
+    for name in evaluation.get("protocol/baselines", []) or []:
+        prefix = f"baseline/{name}/"
+        values = {key[len(prefix):]: value for key, value in evaluation.items()
+                  if key.startswith(prefix) and isinstance(value, (int, float)) and not isinstance(value, bool)}
+        if values:
+            out[name] = values
+    return out
+
+
+def behind_best_baseline(metrics: Mapping[str, float], baselines: Mapping[str, Mapping[str, float]],
+                         compare: Sequence[str]) -> tuple[Optional[str], Optional[str]]:
+    """(why ``metrics`` are below the best of ``baselines`` on ``compare[0]``, or None; what was compared). Equal
+    (up to float rounding) passes."""
+    if not compare:
+        return "no metric in gate.compare to compare with the best baseline", None
+    name = compare[0]
+    scored = {other: values[name] for other, values in baselines.items() if name in values}
+    if not scored:
+        return f"{name} cannot be compared with the best baseline: no baseline in the evaluation (eval.baselines)", None
+    best = max(scored, key=scored.get)
+    value, bound = metrics.get(name), scored[best]
+    checked = f"{name} {_value(value)} vs best baseline {best} {bound:.4f}"
+    if value is None:
+        return f"{name} cannot be compared with the best baseline: the model's value missing", checked
+    if value < bound and not math.isclose(value, bound, rel_tol=1e-9):
+        return (f"{name}={value:.4f} trails the best baseline {best} ({bound:.4f}; gate.beat_best_baseline)",
+                checked)
+    return None, checked
+
+
 def lift_over_popular(metrics: Mapping[str, float], popular: Mapping[str, float], compare: Sequence[str],
                       min_lift: float) -> Optional[str]:
     """Why ``metrics`` do not beat most-popular by ``min_lift`` (relative) on ``compare[0]``; None when they do or
@@ -82,10 +119,13 @@ def lift_over_popular(metrics: Mapping[str, float], popular: Mapping[str, float]
 
 def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: Optional[Mapping[str, float]],
           compare: Sequence[str], max_regression: float, min_lift_over_popular: float = OFF,
-          popular: Optional[Mapping[str, float]] = None, unpublishable: Optional[str] = None) -> GateDecision:
+          popular: Optional[Mapping[str, float]] = None, unpublishable: Optional[str] = None,
+          baselines: Optional[Mapping[str, Mapping[str, float]]] = None) -> GateDecision:
     """Returns whether ``metrics`` pass the floors, the lift over ``popular`` (the most-popular baseline's metrics,
     see :func:`popular_metrics`) and the regression check against ``published``; ``unpublishable``: why the run may
-    not be published at all (refused first, with that reason)."""
+    not be published at all (refused first, with that reason); ``baselines``: every baseline's metrics
+    (:func:`baseline_metrics`) when the model must reach the best of them (``gate.beat_best_baseline``; None: no
+    such check)."""
     reasons = [unpublishable] if unpublishable else []
     checked = [f"not publishable: {unpublishable}"] if unpublishable else []
     for name, floor in floors.items():
@@ -102,6 +142,10 @@ def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: 
         name = compare[0]
         checked.append(f"{name} {_value(metrics.get(name))} vs {1 + min_lift_over_popular:.2f} x most-popular "
                        f"{_value((popular or {}).get(name))}")
+    if baselines is not None:
+        reason, compared = behind_best_baseline(metrics, baselines, compare)
+        reasons += [reason] if reason else []
+        checked += [compared] if compared else []
     if published:
         for name in compare:
             old, new = published.get(name), metrics.get(name)

@@ -6,9 +6,9 @@ Stages (each logs what it did, counts and time, and leaves a marker in ``<run>/s
 prepare     read and validate the log, split, build vocabularies from the training part, write them
 train       examples, model, ``training.fit`` with checkpoints (resumes from the last one)
 export      user-tower SavedModel and item embeddings (any model type exports the same signature)
-evaluate    full-corpus evaluation with baselines: metrics.json, report.md, recall_at_k.png
+evaluate    full-corpus evaluation with baselines tuned on the holdout: metrics.json, report.md, recall_at_k.png
 index       FAISS index of the item embeddings with its recall self-check
-gate        floors, lift over most-popular, regression against the published run (publish lock)
+gate        floors, lift over most-popular, optional best baseline, regression against the published run (publish lock)
 publish     point ``latest`` at this run, prune old runs (same lock)
 ==========  ===========================================================================================
 
@@ -206,7 +206,8 @@ class TrainingJob:
         evaluation = artifacts.read_json(self.paths.metrics) if self.paths.metrics.exists() else {}
         decision = gate.check(metrics, gate.parse_floors(g.floors), published, tuple(g.compare), g.max_regression,
                               g.min_lift_over_popular, gate.popular_metrics(evaluation),
-                              identity.validation_scored(self.config, self._data_digests()))
+                              identity.validation_scored(self.config, self._data_digests()),
+                              gate.baseline_metrics(evaluation) if g.get("beat_best_baseline") else None)
         if decision.passed:  # a refusal is said once, by the GateError that run() raises
             logging.info("gate passed%s", f" against {latest.root.name}" if published
                          else " (no published run of this lineage to compare with)")

@@ -29,7 +29,7 @@ from absl import logging
 from retrieval import artifacts
 from retrieval.data import handoff, prepare
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
-from retrieval.jobs import config_checks
+from retrieval.jobs import config_checks, teacher
 from retrieval.jobs import warm_start as warm_start_lib
 
 if TYPE_CHECKING:  # TensorFlow loads only when training runs
@@ -143,6 +143,10 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
     config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
     tuning = phase == "tuning"
     examples = run.data.load_examples(paths, c, tuning=tuning)
+    if c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
+        examples = examples.with_teacher(*teacher.pairs(
+            examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
+            {"a": c.train.teacher_a, "b": c.train.teacher_b, "k": c.train.teacher_k}))
     logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if run.data.is_set else "next-item",
                  "streamed from shards" if run.data.streamed else "in memory")
     train_config = c.train

@@ -85,3 +85,28 @@ def test_history_keep_thins_histories_to_that_share_on_average(pairs):
     np.testing.assert_allclose(thin_length.sum() / full_length.sum(), 0.5, atol=0.03)
     for b in thin_batches:
         assert ((b["history"] > 0).sum(axis=1) == b["history_length"]).all()
+
+
+def test_teacher_pairs_are_targets_once_per_epoch_with_histories_of_the_users_own_items(pairs):
+    users, items = pairs
+    plain = SetExamples.from_pairs(users, items, max_history=8)
+    # one teacher pair per user, an unknown item and a user without training pairs (dropped)
+    teacher_users = np.concatenate([np.unique(users), [2, 500]])
+    teacher_items = np.concatenate([1000 + np.unique(users), [1, 7]])
+    examples = plain.with_teacher(teacher_users, teacher_items)
+    assert len(examples) == len(plain) + len(np.unique(users))
+    batches, _ = _batches(examples)
+    got = sorted(zip(np.concatenate([b["user"] for b in batches]), np.concatenate([b["label"] for b in batches]),
+                     strict=True))
+    known = items >= 2
+    expected = list(zip(users[known], items[known], strict=True)) + list(zip(np.unique(users), 1000 + np.unique(users),
+                                                                             strict=True))
+    assert got == sorted(expected)
+    owned = {u: set(items[(users == u) & known]) for u in np.unique(users)}
+    for b in batches:
+        for user, label, history, length in zip(b["user"], b["label"], b["history"], b["history_length"],
+                                                strict=True):
+            kept = history[history > 0]
+            assert set(kept) <= owned[user] and len(set(kept)) == len(kept) == length
+            if label >= 1000:  # a teacher target: every one of the user's items may be history, up to the cap
+                assert length == min(len(owned[user]), 8)

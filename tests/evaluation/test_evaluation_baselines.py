@@ -1,4 +1,5 @@
-"""Baselines: ItemKNN against a dense cosine reference, popularity and random through the shared ranking path."""
+"""Baselines: item-kNN (cosine, shrinkage, asymmetric cosine) and RP3beta against dense NumPy references of their
+formulas, EASE^R against its closed form, popularity and random through the shared ranking path, the registry."""
 
 import subprocess
 import sys
@@ -38,6 +39,105 @@ def test_item_knn_matches_dense_cosine(incidence, n_neighbours, max_pairs):
     knn = baselines.ItemKNN(train, dense.shape[1], n_neighbours=n_neighbours, max_pairs=max_pairs)
     rows = np.array([5, 0, 59, 17])
     np.testing.assert_allclose(knn(rows), _dense_item_knn(dense, n_neighbours)[rows], rtol=1e-5, atol=1e-6)
+
+
+def _keep_top(weights, k):
+    """Each row's k largest positive entries (ties: lower index), the rest zero; asserts no near-tie straddles the
+    cut, so that the reference's choice is the only right one."""
+    kept = np.zeros_like(weights)
+    for i, row in enumerate(weights):
+        order = np.lexsort((np.arange(len(row)), -row))
+        positive = order[row[order] > 0]
+        if len(positive) > k:
+            below, above = row[positive[k]], row[positive[k - 1]]
+            assert above == below or above - below > 1e-6 * above, "near-tie at the cut: pick another seed"
+        kept[i, positive[:k]] = row[positive[:k]]
+    return kept
+
+
+def _dense_item_knn_shrunk(x, k, shrink, alpha):
+    """Reference: s(i, j) = c_ij / (n_i^alpha n_j^(1 - alpha) + shrink), zero diagonal, each row's k best."""
+    n = x.sum(axis=0)
+    denominator = np.outer(n ** alpha, n ** (1 - alpha)) + shrink
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sim = np.nan_to_num((x.T @ x) / denominator)
+    np.fill_diagonal(sim, 0.0)
+    return x @ _keep_top(sim, k)
+
+
+@pytest.mark.parametrize("k,shrink,alpha", [(100, 0.0, 0.5), (100, 10.0, 0.5), (100, 3.0, 0.8), (4, 2.0, 0.3),
+                                            (6, 0.0, 1.0)])
+def test_item_knn_with_shrinkage_and_asymmetric_cosine_matches_dense(incidence, k, shrink, alpha):
+    dense, train = incidence
+    knn = baselines.ItemKNN(train, dense.shape[1], n_neighbours=k, shrink=shrink, alpha=alpha, max_pairs=40)
+    rows = np.arange(len(dense))
+    np.testing.assert_allclose(knn(rows), _dense_item_knn_shrunk(dense, k, shrink, alpha)[rows], rtol=1e-5,
+                               atol=1e-6)
+
+
+def _dense_rp3beta(x, a, b, k):
+    """Reference (Paudel et al. 2017): P_ui = X with rows summing to 1, P_iu = X^T likewise, W = P_iu^a P_ui^a
+    (elementwise powers), column j over pop_j^b, zero diagonal, each row's k largest; scores X W."""
+    user_rows = x / np.maximum(x.sum(axis=1, keepdims=True), 1)
+    item_rows = x.T / np.maximum(x.T.sum(axis=1, keepdims=True), 1)
+    weights = (item_rows ** a) @ (user_rows ** a)
+    weights /= np.maximum(x.sum(axis=0), 1)[None, :] ** b
+    np.fill_diagonal(weights, 0.0)
+    return x @ _keep_top(weights, k)
+
+
+@pytest.fixture(scope="module")
+def varied():
+    """Users with 1 to 12 items, items of very different popularity: RP3beta's weights take many values."""
+    rng = np.random.default_rng(11)
+    n_users, n_items = 80, 40
+    dense = np.zeros((n_users, n_items))
+    popularity = rng.pareto(1.0, n_items - 2) + 0.1
+    for user in range(n_users):
+        chosen = rng.choice(n_items - 2, rng.integers(1, 13), replace=False, p=popularity / popularity.sum())
+        dense[user, chosen + 2] = 1.0
+    rows, cols = np.nonzero(dense)
+    return dense, csr.from_pairs(rows, cols, n_users)
+
+
+@pytest.mark.parametrize("a,b,k", [(1.0, 0.0, 40), (0.6, 0.35, 40), (0.5, 0.5, 5), (0.75, 0.2, 12), (1.3, -0.2, 3)])
+def test_rp3beta_matches_dense_reference(varied, a, b, k):
+    """k = 40 = V: no top-K cut; the others keep each row's k largest (a block of 30 pair products: several blocks)."""
+    dense, train = varied
+    scorer = baselines.RP3beta(train, dense.shape[1], a, b, k, max_pairs=30)
+    rows = np.arange(len(dense))
+    np.testing.assert_allclose(scorer(rows), _dense_rp3beta(dense, a, b, k), rtol=1e-5, atol=1e-7)
+
+
+def test_points_fitted_together_equal_points_fitted_alone(varied):
+    """One product per a, one sort per (a, b), every k a prefix: the same scorers as separate fits."""
+    dense, train = varied
+    points = [{"a": a, "b": b, "k": k} for a in (0.5, 1.0) for b in (0.0, 0.4) for k in (3, 8)]
+    rows = np.arange(len(dense))
+    for point, scorer in zip(points, baselines.rp3beta(train, dense.shape[1], points), strict=True):
+        np.testing.assert_array_equal(scorer(rows), baselines.RP3beta(train, dense.shape[1], **point)(rows))
+    knn_points = [{"k": k, "shrink": s, "alpha": 0.5} for s in (0.0, 5.0) for k in (2, 7)]
+    for point, scorer in zip(knn_points, baselines.item_knn(train, dense.shape[1], knn_points), strict=True):
+        reference = baselines.ItemKNN(train, dense.shape[1], point["k"], point["shrink"], point["alpha"])
+        np.testing.assert_array_equal(scorer(rows), reference(rows))
+
+
+def test_registry_declares_defaults_grids_and_makes_scorers_from_params(varied):
+    dense, train = varied
+    assert baselines.NAMES == ("most_popular", "random", "item_knn", "rp3beta", "ease")
+    assert dict(baselines.BASELINES["item_knn"].defaults) == {"k": 100, "shrink": 0.0, "alpha": 0.5}  # today's kNN
+    for name in ("item_knn", "rp3beta", "ease"):
+        baseline = baselines.BASELINES[name]
+        assert baseline.tunable and set(baseline.grid) <= set(baseline.defaults) and baseline.seconds is not None
+        assert all(point.keys() == baseline.defaults.keys() for point in baseline.grid_points())
+    assert not baselines.BASELINES["most_popular"].tunable
+    rows = np.arange(len(dense))
+    made = baselines.make("rp3beta", train, dense.shape[1], np.ones(40), params={"b": 0.5, "k": 5})
+    np.testing.assert_allclose(made(rows), _dense_rp3beta(dense, baselines.BASELINES["rp3beta"].defaults["a"], 0.5, 5),
+                               rtol=1e-5, atol=1e-7)
+    assert baselines.params_of("ease", {}, ease_lambda=7.0) == {"lambda": 7.0}
+    with pytest.raises(ValueError, match="has no parameter z"):
+        baselines.make("rp3beta", train, 40, np.ones(40), params={"z": 1})
 
 
 def test_most_popular_ranks_by_count_without_training_items():
@@ -103,5 +203,6 @@ def test_ease_memory_estimate_bounds_its_peak():
 def test_skip_reason_names_the_budget():
     assert baselines.skip_reason("ease", 1000, 100) is None
     reason = baselines.skip_reason("ease", 30_000, 4096)
-    assert "30000 items need about 4839 MB" in reason and "eval.baseline_memory_mb = 4096" in reason
+    assert "30000 items need about 4136 MB" in reason and "eval.baseline_memory_mb = 4096" in reason
+    assert baselines.skip_reason("ease", 40_983, baselines.BASELINE_MEMORY_MB) is None  # Gowalla: the default fits
     assert baselines.skip_reason("item_knn", 30_000, 1) is None
