@@ -12,8 +12,8 @@ their rows show the first seed's values. Datasets (from ``../shared/datasets/``)
 
 - ``set-splits/ml-1m``, ``set-splits/lastfm``: sets (random per-user holdout, the LightGCN++ split). The training
   file is ``train.txt`` + ``valid.txt`` (the split's validation part is training data to a user who tunes
-  automatically), the test file ``test.txt``; ``data.order=none`` stated (these lines are in no order a detector
-  could tell from time).
+  automatically), the test file ``test.txt``; ``data.order`` left to the detector, as a user's one command does (it finds
+  these random-order lines to be sets: ``retrieval.data.order``).
 - ``amazon-beauty``: sequences (ICLRec's file, items in time order): leave-last-one-out next-item. Two rows: the
   recipe and the self-attentive user tower (``configs/sequential.py``), the latter with its paired difference from
   the recipe on the same users, per seed.
@@ -28,17 +28,18 @@ their rows show the first seed's values. Datasets (from ``../shared/datasets/``)
   refit included (the issue's budget: 15 minutes on 2 cores), and EASE^R's fit besides (a 41k x 41k inverse: the
   run raises ``eval.baseline_memory_mb`` to :data:`GOWALLA_EASE_MB`; a user's run with the default budget skips it).
 
-- ``yelp2018``: real large sparse sets (set-splits/yelp2018's ``train.txt``; its test part is withheld), dealt by
-  :func:`yelp_parts` into a seeded 80/20 per user (training file / test file, in a temporary directory), run as a
-  user runs it (at 38,048 items the recipe trains on its large-catalogue schedule, ``train.large_catalogue``) with
-  ``eval.baseline_memory_mb`` raised to :data:`YELP_EASE_MB` for EASE^R, whose weights are fitted once and reused by
-  the later seeds.
+- ``gowalla``, ``yelp2018``: the real large sparse sets (set-splits' ``train.txt``; their test parts are withheld),
+  dealt by :func:`large_set_parts` into a seeded 80/20 per user (training file / test file, in a temporary
+  directory; each seed its own draw, so the baselines vary too), run as a user runs it (at 38-41k items the recipe
+  trains on its large-catalogue schedule, ``train.large_catalogue``; the baselines tuned on the same automatic
+  holdout, EASE^R within the default memory budget). Gowalla is where item-item structure is strong (RP3beta is hard
+  to beat), Yelp2018 where it is weaker.
 
 Full-corpus exact ranking, the user's training items excluded, recall@20 with |test items| as the denominator (the
 LightGCN code's convention; on leave-one-out data it is HR@20), NDCG@20 with the ideal DCG over min(|test|, 20),
 95% bootstrap intervals over users. ``published`` quotes numbers for exactly that split where we found them.
 
-    python -m benchmarks.bench_quality [--datasets=lastfm,ml-1m,amazon-beauty,amazon-beauty-sets,ml-100k,gowalla-shape,yelp2018]
+    python -m benchmarks.bench_quality [--datasets=lastfm,ml-1m,amazon-beauty,amazon-beauty-sets,ml-100k,gowalla-shape,gowalla,yelp2018]
         [--seeds=3] [--first_seed=42] [--baselines=most_popular,item_knn,ease]
         [--smoke] [--record]
 """
@@ -69,7 +70,7 @@ from retrieval.jobs import identity
 from retrieval.jobs.job import TrainingJob
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
-BASELINES = ("most_popular", "item_knn", "ease")
+BASELINES = ("most_popular", "item_knn", "rp3beta", "ease")
 HEADLINE = ("recall@20", "ndcg@20")
 FIRST_SEED = 42  # configs/base.py's default seed: the first seed's run is exactly the user's
 MEASURES = "full-corpus exact ranking; training items excluded; recall denominator |test items|; 95% bootstrap CI"
@@ -84,18 +85,21 @@ PUBLISHED = {
     "amazon-beauty-sets": "none found under this protocol (a random holdout of the 5-core file)",
     "ml-100k": "none found under exactly this protocol",
     "gowalla-shape": "synthetic data: none",
+    "gowalla": "none for this split (our seeded 80/20 of the LightGCN train.txt; on LightGCN's own test split, "
+               "recall@20 / NDCG@20: RP3beta 0.1773 / 0.1436 (issue 47's tuning), LightGCN 0.1830 / 0.1554, MF + BSL "
+               "0.1882, as quoted in issue 47)",
     "yelp2018": "none for this split (our seeded 80/20 of the LightGCN train.txt; on LightGCN's own test split, "
                 "recall@20 / NDCG@20: YouTubeNet 0.0686 / 0.0567, SimpleX 0.0701 / 0.0575, MF + BSL 0.0725 / 0.0599, "
                 "LightGCN + BSL 0.0744, as quoted in issue 36)",
 }
 SET_SPLITS = ("ml-1m", "lastfm")
-ALL = (*SET_SPLITS, "amazon-beauty", "amazon-beauty-sets", "ml-100k", "gowalla-shape", "yelp2018")
+ALL = (*SET_SPLITS, "amazon-beauty", "amazon-beauty-sets", "ml-100k", "gowalla-shape", "gowalla", "yelp2018")
 GOWALLA_SHAPE = {"num_users": 29_858, "num_items": 40_981, "interactions_per_user": 34.0}
 GOWALLA_SHARES = (0.7, 0.1)  # train and validation shares of each user's items; the rest is test
 GOWALLA_EASE_MB = 9000  # EASE^R at 40,981 items: baselines.ease_memory_mb estimates 8.3 GB
-YELP_TEST_SHARE = 0.2  # each user's share of yelp2018's train.txt dealt to the test part (a seeded random 80/20)
-YELP_SPLIT_SEED = 0  # one fixed split: the seeds of a row vary the model, not the data
-YELP_EASE_MB = 8000  # EASE^R at 38,048 items: baselines.ease_memory_mb estimates 7.3 GB
+LARGE_SETS = ("gowalla", "yelp2018")  # the real large sparse sets: train.txt only, dealt 80/20 by large_set_parts
+TEST_SHARE = 0.2  # each user's share of their train.txt dealt to the test part (a seeded random 80/20)
+SPLIT_SEED = 0  # the split of the first seed's run; seed s deals with SPLIT_SEED + s - FIRST_SEED (fresh draws)
 
 # The shipped recipe (configs/two_tower.py), and the variants compared with it on ml-100k.
 RECIPE = [("two-tower (configs/two_tower.py)", "two_tower", {})]
@@ -140,27 +144,27 @@ def set_split_parts(dataset: str, tmp: Path, users: int = 0) -> dict[str, Path]:
     return paths
 
 
-def yelp_parts(tmp: Path, seed: int = YELP_SPLIT_SEED) -> dict[str, Path]:
+def large_set_parts(dataset: str, tmp: Path, seed: int = SPLIT_SEED) -> dict[str, Path]:
     """Writes ``train`` and ``test`` ``user item ...`` files (lines in user order, items ascending, as the source)
-    of set-splits/yelp2018's ``train.txt`` (its test part is withheld): each user's items are shuffled by
-    ``np.random.default_rng(seed)`` (one generator, users in file order) and the first
+    of ``set-splits/<dataset>/train.txt`` (gowalla or yelp2018: their test parts are withheld): each user's items are
+    shuffled by ``np.random.default_rng(seed)`` (one generator, users in file order) and the first
     ``round(0.8 * n)`` go to ``train``, the rest to ``test``; a user whose test share rounds to zero stays in
     ``train`` only. The files live in ``tmp`` and are never committed."""
     rng = np.random.default_rng(seed)
     lines = {"train": [], "test": []}
-    with open(DATASETS / "set-splits" / "yelp2018" / "train.txt") as f:
+    with open(DATASETS / "set-splits" / dataset / "train.txt") as f:
         for line in f:
             user, *items = line.split()
             if not items:
                 continue
             shuffled = rng.permutation(np.asarray(items, dtype=np.int64))
-            cut = int(np.floor((1 - YELP_TEST_SHARE) * len(shuffled) + 0.5))
+            cut = int(np.floor((1 - TEST_SHARE) * len(shuffled) + 0.5))
             for name, part in (("train", shuffled[:cut]), ("test", shuffled[cut:])):
                 if len(part):
                     lines[name].append(f"{user} " + " ".join(map(str, np.sort(part))))
     paths = {}
     for name, rows in lines.items():
-        paths[name] = tmp / f"yelp2018-{name}.txt"
+        paths[name] = tmp / f"{dataset}-{seed}-{name}.txt"
         paths[name].write_text("\n".join(rows) + "\n")
     return paths
 
@@ -214,15 +218,14 @@ def _data(dataset: str, tmp: Path, smoke: bool) -> tuple[dict, str]:
         return _sequence(path, "csv")
     if dataset in SET_SPLITS or dataset == "gowalla-shape":
         parts = set_split_parts(dataset, tmp)
-        extra = {"data.order": "none"} if dataset in SET_SPLITS else {"eval.baseline_memory_mb": GOWALLA_EASE_MB}
+        extra = {} if dataset in SET_SPLITS else {"eval.baseline_memory_mb": GOWALLA_EASE_MB}
         return ({**one_command(parts["train_valid"], parts["test"]), **extra},
                 "sets: train + valid as the training file -> test" if dataset in SET_SPLITS else
                 "id-sorted sets, 70% train + 10% valid as the training file -> 20% test")
-    if dataset == "yelp2018":
-        parts = yelp_parts(tmp)
-        return ({**one_command(parts["train"], parts["test"]), "data.order": "none",
-                 "eval.baseline_memory_mb": YELP_EASE_MB},
-                f"sets: a seeded random 80/20 per user of set-splits/yelp2018/train.txt (split seed {YELP_SPLIT_SEED})")
+    if dataset in LARGE_SETS:
+        return ({"data.format": "user_items", "data.split": "files"},
+                f"sets: a seeded random 80/20 per user of set-splits/{dataset}/train.txt (split seed {SPLIT_SEED} "
+                f"for seed {FIRST_SEED}, one more per seed)")
     if dataset == "amazon-beauty":
         return _sequence(DATASETS / "amazon-beauty" / "Beauty.txt", "user_items")
     if dataset == "amazon-beauty-sets":
@@ -235,6 +238,19 @@ def _data(dataset: str, tmp: Path, smoke: bool) -> tuple[dict, str]:
 def _sequence(path: Path, fmt: str) -> tuple[dict, str]:
     return ({"data.train_path": str(path), "data.format": fmt, "data.split": "leave_last_n", "data.holdout_n": 1},
             "sequences, leave-last-one-out next-item")
+
+
+def _split_of(dataset: str, seed: int, tmp: Path) -> dict:
+    """The training and test files of seed ``seed``'s run on a large set (a fresh 80/20 draw per seed, written
+    once), else nothing: the dataset's flags already name its files."""
+    if dataset not in LARGE_SETS:
+        return {}
+    split = SPLIT_SEED + seed - FIRST_SEED
+    train, test = (tmp / f"{dataset}-{split}-{name}.txt" for name in ("train", "test"))
+    if not test.exists():
+        parts = large_set_parts(dataset, tmp, split)
+        train, test = parts["train"], parts["test"]
+    return one_command(train, test)
 
 
 def _seed_run(module: str, settings: dict, seed: int, directory: Path) -> tuple[dict, dict]:
@@ -315,13 +331,21 @@ def _paired(metrics: dict, baseline: str, metric: str) -> str:
 
 
 def _baseline_row(dataset: str, baseline: str, runs: list[tuple[dict, dict]]) -> dict:
-    """The baseline's metrics (first seed's run: deterministic) and, per seed, the model minus it with its 95% CI."""
+    """The baseline's metrics (mean over the seeds' runs, which differ only where each seed draws its own split; the
+    first seed's interval), its tuned values and seconds per seed, and per seed the model minus it with its 95% CI."""
     first = runs[0][0]
     prefix = f"baseline/{baseline}/"
     row = {"dataset": dataset, "model": baseline.replace("_", "-")}
     for metric in HEADLINE:
-        row[f"{metric} mean"] = round(first[prefix + metric], 4)
+        row[f"{metric} mean"] = round(statistics.mean(metrics[prefix + metric] for metrics, _ in runs), 4)
         row[f"{metric} 95% CI"] = f"[{first[prefix + metric + '_ci_low']:.4f}, {first[prefix + metric + '_ci_high']:.4f}]"
+    params = sorted(key for key in first if key.startswith(prefix + "params/"))
+    if params:
+        row["params per seed"] = "; ".join(" ".join(f"{key.rsplit('/', 1)[1]}={metrics[key]:g}" for key in params)
+                                           for metrics, _ in runs)
+        row["tuning + fit s per seed"] = ", ".join(
+            f"{metrics.get(prefix + 'tuning_seconds', 0.0):.0f} + {metrics.get(prefix + 'fit_seconds', 0.0):.0f}"
+            for metrics, _ in runs)
     for metric in HEADLINE:
         if f"paired/{baseline}/{metric}_diff" in first:
             row[f"model minus this, {metric} [95% CI], per seed"] = "; ".join(
@@ -342,7 +366,8 @@ def run_dataset(dataset: str, tmp: Path, seeds: int = 3, smoke: bool = False, fi
     for index, (name, module, overrides) in enumerate(variants):
         run_settings = {**settings, **overrides, **smoke_settings, "eval.baselines": tuple(baseline_names) if index == 0 else ()}
         with _ease_kept_on_disk(tmp):
-            runs = [_seed_run(module, run_settings, seed, tmp / f"runs{index}") for seed in seed_values]
+            runs = [_seed_run(module, {**run_settings, **_split_of(dataset, seed, tmp)}, seed, tmp / f"runs{index}")
+                    for seed in seed_values]
         rows.append(_model_row(dataset, name, runs, seed_values, protocol))
         if dataset == "amazon-beauty" and index:
             rows[-1].update(_minus_recipe(runs, recipe_runs))

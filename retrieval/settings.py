@@ -89,12 +89,9 @@ TRAIN = Section("train", (
         "learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end: the "
         'refit then costs N epochs, not best-epoch-many (benchmarks/JOURNAL.md, "Issue 36").'),
     Key("teacher_items", 0, integer(0, 1000),
-        "Set data held in memory: each user's top N unseen items under RP3beta (fitted on the phase's training pairs, "
-        "train.teacher_a / _b / _k) join the training targets, their histories the user's own items "
-        "(retrieval.jobs.teacher). 0: no teacher."),
-    Key("teacher_a", 0.6, number(0, 10)),
-    Key("teacher_b", 0.35, number(-10, 10)),
-    Key("teacher_k", 200, integer(1, 100_000)),
+        "Set data held in memory: each user's top N unseen items under the run's RP3beta (its parameters tuned on the "
+        "automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training targets, "
+        "their histories the user's own items (retrieval.jobs.teacher). 0: no teacher."),
     Key("large_catalogue_items", 0, integer(0, COUNT),
         "From this many catalogue items on (0: never), the run trains on the large-catalogue schedule: the keys under "
         "train.large_catalogue replace their train.* namesakes (logged, recorded in the train stage's summary). "

@@ -12,6 +12,7 @@ passed come from the run's ``config.json`` (``eval.ks``, ``eval.exclude_train``,
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -35,6 +36,7 @@ DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": base
             "baseline_budget_s": baseline_tuning.BUDGET_S, "baseline_tuning_users": baseline_tuning.TUNING_USERS,
             "max_users": 0}
 # Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
+TUNING_RECORD = "baseline_tuning.json"  # in the run directory: each tuned baseline's result and the settings it used
 WHOLE_MATRIX_BASELINES = tuple(name for name, baseline in baselines_lib.BASELINES.items() if baseline.whole_matrix)
 
 
@@ -101,21 +103,44 @@ def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> 
 
 
 def _tune_baselines(paths: artifacts.RunPaths, catalogue: np.ndarray, train: Optional[pd.DataFrame],
-                    settings: dict) -> tuple[dict, str]:
-    """The tunable baselines of ``settings`` tuned on the run's holdout (``baseline_tuning``), and the protocol line
-    ("" when no baseline is tunable)."""
-    names = [name for name in settings["baselines"] if baselines_lib.BASELINES[name].tunable]
+                    settings: dict, names: Optional[Sequence[str]] = None) -> tuple[dict, str]:
+    """The tunable baselines of ``settings`` (or ``names``) tuned on the run's holdout (``baseline_tuning``), and the
+    protocol line ("" when no baseline is tunable). Each baseline is tuned once per run and setting: the results are
+    kept in the run's :data:`TUNING_RECORD`, so that the teacher of training (``retrieval.jobs.teacher``) and the
+    evaluation read the same tuning, and a resumed evaluation does not tune again."""
+    names = [name for name in (settings["baselines"] if names is None else names)
+             if baselines_lib.BASELINES[name].tunable]
     if not names:
         return {}, ""
     holdout = baseline_tuning.run_holdout(paths.root, catalogue, train)
     if holdout is None:
         logging.warning("baselines not tuned: the run has no validation data (no automatic holdout, no validation "
                         "file); %s keep their defaults", ", ".join(names))
-    tuned = baseline_tuning.tune_all(
-        names, holdout, report.headline_k(settings["ks"]), defaults={"ease": {"lambda": settings["ease_lambda"]}},
+    key = {name: settings[name] for name in ("ks", "ease_lambda", "baseline_budget_s", "baseline_tuning_users", "seed",
+                                             "baseline_memory_mb", "exclude_train")}
+    key["items"] = len(catalogue)
+    record_path = paths.root / TUNING_RECORD
+    record = artifacts.read_json(record_path) if record_path.exists() else {}
+    tuned = {name: baseline_tuning.Tuned(**record[name]["tuned"]) for name in names
+             if name in record and record[name]["key"] == json.loads(json.dumps(key, default=str))}
+    missing = [name for name in names if name not in tuned]
+    tuned.update(baseline_tuning.tune_all(
+        missing, holdout, report.headline_k(settings["ks"]), defaults={"ease": {"lambda": settings["ease_lambda"]}},
         budget_s=settings["baseline_budget_s"], max_users=settings["baseline_tuning_users"], seed=settings["seed"],
-        memory_mb=settings["baseline_memory_mb"], exclude_train=settings["exclude_train"])
+        memory_mb=settings["baseline_memory_mb"], exclude_train=settings["exclude_train"]))
+    if holdout is not None and missing:
+        record.update({name: {"key": key, "tuned": dataclasses.asdict(tuned[name])} for name in missing
+                       if name in tuned})
+        artifacts.write_json(record_path, record)
+    tuned = {name: tuned[name] for name in names if name in tuned}
     return tuned, baseline_tuning.protocol(holdout, tuned, settings["baseline_budget_s"])
+
+
+def tuned_params(run_dir, name: str, catalogue: np.ndarray) -> dict:
+    """The parameters of baseline ``name`` as the run's evaluation uses them: tuned on the run's holdout with the
+    run's ``eval`` settings (and kept for the evaluation, see :func:`_tune_baselines`), else its defaults."""
+    tuned, _ = _tune_baselines(artifacts.RunPaths(run_dir), catalogue, None, _settings(run_dir), [name])
+    return dict(tuned[name].params) if name in tuned else dict(baselines_lib.BASELINES[name].defaults)
 
 
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,

@@ -6,8 +6,10 @@ ranks a user's held-out items better than the towers, and the two are complement
 summed beat either on the automatic holdout: benchmarks/JOURNAL.md, "Issue 47"). The towers stay one inner product
 per pair, so the teacher's knowledge has to enter through training: its top ``n`` unseen items per user are
 targets beside the clicks (distillation with hard targets, Hinton et al. 2015; the teacher's list as extra positives,
-as in ranking distillation, Tang and Wang 2018). The teacher is fitted on the same training pairs as the phase (the
-tuning part while tuning), so it never sees the holdout. Written by hand: none of the dependencies distils a model
+as in ranking distillation, Tang and Wang 2018). The teacher's parameters are the run's RP3beta baseline's, tuned on the
+automatic holdout (``retrieval.evaluation.runs.tuned_params``: one tuning for the teacher and the report), and it is
+fitted on the same training pairs as the phase (the tuning part while tuning), so the holdout only chooses its
+parameters, as it chooses the towers' epochs. Written by hand: none of the dependencies distils a model
 into another's training data.
 """
 

@@ -135,6 +135,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
     training data for ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuned weights at
     that learning rate). Returns the model and its ``training.FitResult``."""
     from retrieval import training
+    from retrieval.evaluation import runs
 
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
@@ -146,7 +147,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
     if c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
         examples = examples.with_teacher(*teacher.pairs(
             examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
-            {"a": c.train.teacher_a, "b": c.train.teacher_b, "k": c.train.teacher_k}))
+            runs.tuned_params(paths.root, "rp3beta", item_vocab.ids)))
     logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if run.data.is_set else "next-item",
                  "streamed from shards" if run.data.streamed else "in memory")
     train_config = c.train

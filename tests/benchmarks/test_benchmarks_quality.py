@@ -19,7 +19,7 @@ def _cells(text: str) -> list[tuple[float, float, float]]:
 def test_bench_quality_smoke_runs_the_one_command_per_seed_with_paired_differences():
     rows = bench_quality.run(smoke=True)
     assert [row["model"] for row in rows] == [name for name, _, _ in bench_quality.RECIPE] + [
-        "most-popular", "item-knn", "ease"]
+        "most-popular", "item-knn", "rp3beta", "ease"]
     model, baselines = rows[0], rows[1:]
     assert model["seeds"] == "42, 43"
     # The one command tuned on its automatic holdout (a best epoch per seed) and the test part was leave-last-one-out.
@@ -68,8 +68,8 @@ def test_ease_kept_on_disk_gives_the_fitted_weights_and_reads_them_back(tmp_path
 
 @pytest.mark.skipif(not (bench_quality.DATASETS / "set-splits" / "yelp2018" / "train.txt").exists(),
                     reason="needs ../shared/datasets/set-splits/yelp2018")
-def test_yelp_parts_deal_each_users_items_80_20_without_loss(tmp_path):
-    parts = bench_quality.yelp_parts(tmp_path)
+def test_large_set_parts_deal_each_users_items_80_20_without_loss(tmp_path):
+    parts = bench_quality.large_set_parts("yelp2018", tmp_path)
     source = {line.split()[0]: line.split()[1:] for line in
               open(bench_quality.DATASETS / "set-splits" / "yelp2018" / "train.txt")}
     train = {line.split()[0]: line.split()[1:] for line in open(parts["train"])}
@@ -80,5 +80,7 @@ def test_yelp_parts_deal_each_users_items_80_20_without_loss(tmp_path):
         assert sorted(train[user] + held, key=int) == sorted(items, key=int) and not set(train[user]) & set(held)
         assert len(train[user]) == int(np.floor(0.8 * len(items) + 0.5))
     (tmp_path / "again").mkdir()
-    again = bench_quality.yelp_parts(tmp_path / "again")
+    again = bench_quality.large_set_parts("yelp2018", tmp_path / "again")
     assert again["test"].read_text() == parts["test"].read_text()  # seeded: the same split every time
+    other = bench_quality.large_set_parts("yelp2018", tmp_path / "again", seed=1)
+    assert other["test"].read_text() != parts["test"].read_text()  # another seed, another draw

@@ -131,3 +131,17 @@ def test_early_stopping_watches_the_evaluation_protocol_on_validation(sorted_lin
     metrics = artifacts.read_json(job.paths.metrics)
     assert ("protocol/user_sample" in metrics) == bool(max_users)
     assert metrics["recall@20"] == pytest.approx(summary["best_metric"], abs=1e-6)
+
+
+def test_the_teacher_and_the_report_share_one_rp3beta_tuning_on_the_holdout(sorted_lines, tmp_path):
+    config = _config(sorted_lines, **{"train.teacher_items": 3, "train.validation_fraction": 0.1,
+                                      "train.early_stopping_patience": 2, "train.epochs": 2,
+                                      "eval.baselines": ("most_popular", "rp3beta"), "eval.baseline_budget_s": 60.0})
+    job = TrainingJob(config, str(tmp_path), "teacher")
+    job.run()
+    record = artifacts.read_json(job.paths.root / "baseline_tuning.json")
+    assert list(record) == ["rp3beta"]  # tuned once, before training, for the teacher; the evaluation read it
+    tuned = record["rp3beta"]["tuned"]
+    metrics = artifacts.read_json(job.paths.metrics)
+    assert metrics["baseline/rp3beta/tuning_seconds"] == tuned["seconds"]
+    assert {name: metrics[f"baseline/rp3beta/params/{name}"] for name in tuned["params"]} == tuned["params"]
