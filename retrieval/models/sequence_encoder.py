@@ -25,6 +25,12 @@ The encoder (SASRec eqs. 2-4 and section III-D):
 ``M`` is the history table (the item tower's id table when ``share_item_embeddings``, SASRec's shared input / output
 embedding). Padding keys never contribute; a padded query position still attends to itself, so no row of the
 attention is empty (its output is masked and never read).
+
+The read-out (``most_recent_state``). An unknown item (index 1: an id new since training, one below
+``data.min_item_count``) keeps its slot, so recency ranks count it, in training data as at serving, but its state is
+zeroed like padding's. The user's summary is therefore the state at the first *valid* position, the most recent
+known item, not at position 0 (which, with an unknown most recent item, was ``LayerNorm(0)``: one constant for every
+user).
 """
 
 from __future__ import annotations
@@ -55,6 +61,23 @@ def last_item_span(valid: tf.Tensor) -> tf.Tensor:
     """``[B]`` int32: one past the last position holding an item (0 for an empty history); ``valid`` ``[B, H]``."""
     rank = tf.range(1, tf.shape(valid)[1] + 1)[tf.newaxis, :]
     return tf.reduce_max(tf.where(valid, rank, 0), axis=1)
+
+
+def most_recent_state(states: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+    """``[B, d]``: each row's state ``states [B, W, d]`` at its first valid position (the most recent known item;
+    ``valid [B, H]``, ``H >= W``), or at position 0 when the row has none (an empty or all-unknown history: the
+    ``LayerNorm(0)`` state every such row shares, as before).
+
+    Why this and not moving the known items to the front before encoding: the state at position ``j`` reads only
+    positions ``k >= j``, so it is exactly the state ``every_position`` training scores at ``j``, with the recency
+    ranks that training's histories (which keep unknown items in their slots) give it; moving items would shift
+    those ranks, and the per-position targets with them, even for histories whose most recent item is known."""
+    valid = valid[:, :tf.shape(states)[1]]
+    width = tf.shape(valid)[1]
+    rank = tf.range(width)[tf.newaxis, :]
+    first = tf.reduce_min(tf.where(valid, rank, width), axis=1)
+    first = tf.where(first < width, first, 0)
+    return tf.gather(states, first, axis=1, batch_dims=1)
 
 
 def length_buckets(valid: tf.Tensor, buckets: int) -> list[tf.Tensor]:
@@ -113,7 +136,8 @@ class _Block(tf.keras.layers.Layer):
 class SelfAttentionEncoder(tf.keras.layers.Layer):
     """Maps history embeddings ``[B, H, d]`` (most recent first) and their validity ``[B, H]`` to causal states
     ``[B, W, d]``, ``W`` the batch's longest history (at most ``max_positions``; later positions are padding in every
-    row, and are cut); the state at position 0 reads the whole history (see the module docstring).
+    row, and are cut); the state at position ``j`` reads positions ``j`` and older, so the user's summary is the state
+    at the first valid position (``most_recent_state``; see the module docstring).
 
     Args:
       max_positions: rows of the learned position table (``model.max_history``); a longer history is cut to its

@@ -13,7 +13,8 @@ mean, or attention), concatenated with the user's features (gathered by user ind
 and the example age, and passed through a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id
 embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, section 3.2):
 ``u = g e_user + (1 - g) MLP(pooled history, features)``. With a sequence encoder (pooling "self_attention",
-``sequence_encoder.SelfAttentionEncoder``) the pooled history is the encoder's state at the most recent item, and
+``sequence_encoder.SelfAttentionEncoder``) the pooled history is the encoder's state at the most recent known item
+(``sequence_encoder.most_recent_state``: the first position with index >= 2, not position 0), and
 ``every_position=True`` returns the user vector after every history position ``[B, H, output_dim]`` (training).
 """
 
@@ -38,6 +39,7 @@ from retrieval.models.layers import (
     masked_mean,
     mlp,
 )
+from retrieval.models.sequence_encoder import most_recent_state
 
 
 class ItemTower(tf.keras.layers.Layer):
@@ -185,7 +187,7 @@ class UserTower(tf.keras.layers.Layer):
             watched = watched + self.history_features(history_features)
         if self.sequence_encoder is not None:
             states = self.sequence_encoder(watched, mask, training=training)
-            pooled = states if every_position else states[:, 0]
+            pooled = states if every_position else most_recent_state(states, mask)
         else:
             pooled = (self.attention(watched, mask) if self.attention is not None
                       else masked_mean(watched, mask, chunked=self.chunked_pooling))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from retrieval import export
 from retrieval.data.vocab import Vocabulary
 from retrieval.models import build_model, default_config, sequence_encoder
 from retrieval.models.layers import Initializers
@@ -100,6 +101,70 @@ def test_the_user_vector_is_the_most_recent_state(vocabs):
     np.testing.assert_allclose(model(batch()).numpy(), every[:, 0], rtol=1e-6)
     np.testing.assert_allclose(model.user_vectors(tf.constant([2, 3, 4]), tf.constant(HISTORY)).numpy(), every[:, 0],
                                rtol=1e-6)
+
+
+# The histories of HISTORY with an unknown item (OOV, 1) in front: an id new since training, below min_item_count.
+UNKNOWN_FIRST = np.array([[1, 5, 7, 3, 9, 0], [1, 4, 4, 6, 2, 8], [1, 12, 1, 6, 0, 0]], np.int32)
+
+
+def test_an_unknown_most_recent_item_reads_the_most_recent_known_state(vocabs):
+    """With the most recent item unknown, the user vector is the state at the most recent known item (position 1
+    here), not the ``LayerNorm(0)`` of position 0 that every user shared. What holds is the equality with the
+    ``every_position`` state at position 1 of the same history with any known item in front (what training scores
+    there); it differs from the vector of the history with the unknown item removed only by the position
+    embeddings (the unknown item keeps its recency rank): with a constant position table the two are equal."""
+    model = build_model(sequential_config(), *vocabs)
+    out = model(batch(UNKNOWN_FIRST)).numpy()
+    for a, b in [(0, 1), (0, 2), (1, 2)]:
+        assert np.abs(out[a] - out[b]).max() > 1e-3  # the bug: three identical vectors
+    known_first = UNKNOWN_FIRST.copy()
+    known_first[:, 0] = 13
+    every = model.user_tower(batch(known_first), every_position=True).numpy()
+    np.testing.assert_allclose(out, every[:, 1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model.user_vectors(tf.constant([2, 3, 4]), tf.constant(UNKNOWN_FIRST)).numpy(), out,
+                               rtol=1e-6)
+    removed = np.pad(UNKNOWN_FIRST[:, 1:], [(0, 0), (0, 1)])
+    assert np.abs(model(batch(removed)).numpy() - out).max() > 1e-3  # the recency ranks differ by one
+    positions = model.user_tower.sequence_encoder.positions
+    positions.assign(tf.zeros_like(positions))
+    np.testing.assert_allclose(model(batch(UNKNOWN_FIRST)).numpy(), model(batch(removed)).numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_histories_without_a_known_item_keep_the_empty_history_vector(vocabs):
+    """Empty, all-unknown, and known items only past ``max_history`` (cut by the encoder): position 0's state, as
+    before the read-out moved (``LayerNorm(0)``, the same for every such user)."""
+    model = build_model(sequential_config(), *vocabs)
+    empty = np.zeros([3, H], np.int32)
+    unknown = np.array([[1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]], np.int32)
+    beyond = np.pad(np.ones([3, H], np.int32), [(0, 0), (0, 2)], constant_values=5)
+    expected = model(batch(empty)).numpy()
+    np.testing.assert_allclose(expected, np.repeat(expected[:1], 3, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(model.user_tower(batch(empty), every_position=True).numpy()[:, 0], expected, rtol=1e-6)
+    for history in (unknown, beyond):
+        np.testing.assert_allclose(model(batch(history)).numpy(), expected, rtol=1e-6)
+
+
+def test_exported_user_tower_reads_past_an_unknown_most_recent_id(vocabs, tmp_path):
+    """Through the exported SavedModel (string ids, "" padding, as TF Serving calls it): an id the vocabulary does
+    not know in front gives different vectors for different histories, those of the in-memory model."""
+    items, users = vocabs
+    model = build_model(sequential_config(), items, users)
+    export.export_user_tower(model, items, users, tmp_path / "user_tower")
+    serve = tf.saved_model.load(str(tmp_path / "user_tower")).signatures[export.SIGNATURE]
+    user_ids = ["u0", "u1", "u2", "u3"]
+    histories = [["brand-new", "i3", "i5", "i7"], ["brand-new", "i7", "i2", "i9", "i4"], ["brand-new", "i1"],
+                 ["brand-new"]]
+    padded = [ids + [""] * (H - len(ids)) for ids in histories]
+    got = serve(user_id=tf.constant(user_ids), history=tf.constant(padded))["embedding"].numpy()
+    indices = np.zeros([len(histories), H], np.int32)
+    for row, ids in enumerate(histories):
+        indices[row, :len(ids)] = items.lookup(ids)
+    assert (indices[:, 0] == 1).all()
+    expected = model.user_vectors(tf.constant(users.lookup(user_ids), tf.int32), tf.constant(indices)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    for a, b in [(0, 1), (0, 2), (1, 2), (0, 3), (1, 3), (2, 3)]:
+        assert np.abs(got[a] - got[b]).max() > 1e-3
 
 
 def test_every_position_loss_matches_numpy_full_softmax(vocabs):
