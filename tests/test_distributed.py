@@ -58,8 +58,11 @@ assert mirrored.num_replicas_in_sync == 2
 single = one_step(tf.distribute.get_strategy())
 replicated = one_step(mirrored)
 gap = lambda a, b: max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+# Per variable, relative to its largest magnitude (at least 1): the two runs add the same gradients in another order,
+# so they may differ by a few float32 ulps of the weights (one ulp is 7.6e-6 at 70, this step's largest weight).
+relative_gap = lambda a, b: max(float(np.abs(x - y).max() / max(np.abs(x).max(), 1.0)) for x, y in zip(a, b, strict=True))
 np.savez(sys.argv[1], losses=[single[0], replicated[0]], initial_error=gap(single[1], replicated[1]),
-         weight_change=gap(single[1], single[2]), weight_error=gap(single[2], replicated[2]),
+         weight_change=gap(single[1], single[2]), weight_error=relative_gap(single[2], replicated[2]),
          estimator_error=gap(single[3], replicated[3]))
 """
 
@@ -93,7 +96,7 @@ def test_cross_replica_in_batch_loss_and_update_equal_single_replica(tmp_path):
     assert single == pytest.approx(mirrored, rel=1e-5)
     assert float(out["initial_error"]) == 0.0
     assert float(out["weight_change"]) > 1e-3  # the step moved the weights, and both runs moved them alike
-    assert float(out["weight_error"]) < 1e-5
+    assert float(out["weight_error"]) < 8 * np.finfo(np.float32).eps  # a few ulps, relative (see REPLICAS)
     assert float(out["estimator_error"]) == 0.0
 
 
