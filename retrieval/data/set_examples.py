@@ -105,7 +105,9 @@ def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_histor
     offsets = tf.range(max_history, dtype=tf.int32)
     # Random order within each user: pairs are already grouped by user, so sort by (user, random rank).
     rank = tf.random.experimental.stateless_shuffle(tf.range(real, dtype=tf.int64), seed=key)
-    items = tf.gather(labels[:real], tf.argsort(tf.cast(users_of_pairs, tf.int64) * real + rank, stable=True))
+    # The epoch's items: the training pairs' in that order, then the teacher pairs' as they are (rows past ``real``).
+    items = tf.concat([tf.gather(labels[:real], tf.argsort(tf.cast(users_of_pairs, tf.int64) * real + rank,
+                                                            stable=True)), labels[real:]], 0)
     rows = tf.range(size, dtype=tf.int64)
     if shuffle:
         rows = tf.random.experimental.stateless_shuffle(rows, seed=key + [0, 1 << 40])
@@ -124,8 +126,7 @@ def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_histor
             kept = tf.floor(history_keep * tf.cast(count, tf.float32) + noise)
             count = tf.minimum(count, tf.maximum(tf.cast(kept, tf.int32), 1))
         history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
-        label = tf.where(is_teacher, tf.gather(labels, row), tf.gather(items, tf.minimum(row, tf.cast(real, tf.int32) - 1)))
-        return {"user": user, "history": history, "history_length": count, "label": label}
+        return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
 
     return tf.data.Dataset.range(0, size, block_size).map(block)
 
