@@ -4,7 +4,9 @@ With an item feature table and ``data.catalogue=item_features`` (the default), t
 items without training interactions ("cold") join the item vocabulary after the warm ones, with count 0
 (:meth:`Vocabulary.with_catalogue`), so the item tower embeds them from their features alone and the index serves them
 (the design note "The catalogue and items without interactions"). Items with interactions but no table row stay warm,
-with missing features. ``data.catalogue=interactions`` keeps the catalogue to the items seen in training.
+with missing features. A listed item clicked fewer than ``data.min_item_count`` times keeps its clicks and its count:
+it is warm (its interactions stay in training, so it is no item nobody clicked); the threshold drops only unlisted
+items. ``data.catalogue=interactions`` keeps the catalogue to the items seen in training.
 
 ``data.cold_item_fraction`` measures cold start on data where every item has interactions: a seeded share of the
 items (chosen by a hash of the id, :func:`seeds.id_uniforms`, so any partitioning picks the same ones) loses all

@@ -454,12 +454,12 @@ def run(settings: Settings, engine: Engine, order_request: str,
         cutoff = splits.cutoff_of(times.index.to_numpy(), times.to_numpy(), 1.0 - settings.temporal_quantile)
         logging.info("temporal cut-off at %d", cutoff)
     stats = engine.map(lambda shard: split_shard(settings, shard, cutoff), list(range(settings.num_shards)))
-    item_vocab = Vocabulary.from_counts(pd.concat([s["items"] for s in stats]).groupby(level=0).sum(),
-                                        settings.min_item_count)
+    item_counts = pd.concat([s["items"] for s in stats]).groupby(level=0).sum()
+    item_vocab = Vocabulary.from_counts(item_counts, settings.min_item_count)
     user_vocab = Vocabulary.from_counts(pd.concat([s["users"] for s in stats]), 1)
     _check_split(settings, {name: sum(s["rows"].get(name, 0) for s in stats) for name in PARTS},
                  item_vocab.size - NUM_RESERVED)
-    item_vocab, catalogue = _catalogue(settings, item_vocab)
+    item_vocab, catalogue = _catalogue(settings, item_vocab, item_counts)
     if warm_start is not None:
         item_vocab = item_vocab.stable_against(Vocabulary.load(warm_start.model_item_vocab))
         user_vocab = user_vocab.stable_against(Vocabulary.load(warm_start.user_vocab))
@@ -499,17 +499,20 @@ def run(settings: Settings, engine: Engine, order_request: str,
                      "streamed": settings.num_shards > 1}, holdout, catalogue)
 
 
-def _catalogue(settings: Settings, item_vocab: Vocabulary) -> tuple[Vocabulary, dict]:
+def _catalogue(settings: Settings, item_vocab: Vocabulary, item_counts: pd.Series) -> tuple[Vocabulary, dict]:
     """The item vocabulary of the catalogue (``retrieval.data.catalogue``) and its counts; saves the item feature
-    specs (``vocab/item_features.json``) that training and a catalogue refresh code the table with."""
-    warm = item_vocab.size - NUM_RESERVED
+    specs (``vocab/item_features.json``) that training and a catalogue refresh code the table with. ``item_counts``:
+    the training counts before ``data.min_item_count``, so a listed item below it keeps its clicks and stays warm
+    (``Vocabulary.with_catalogue``): only items nobody clicked are cold."""
     source = "interactions"
     if settings.item_features_path:
         table, specs = catalogue_lib.read_specs(settings.item_features_path, settings.columns.item,
                                                 settings.item_features, "data.item_features")
         features_lib.save_specs(settings.paths.item_features, settings.columns.item, specs)
         if settings.catalogue_from_table:
-            item_vocab, source = item_vocab.with_catalogue(table[settings.columns.item]), "item_features"
+            item_vocab = item_vocab.with_catalogue(table[settings.columns.item], item_counts)
+            source = "item_features"
+    warm = int(item_vocab.warm.sum())
     counts = {"items": item_vocab.size - NUM_RESERVED, "warm": warm, "cold": item_vocab.size - NUM_RESERVED - warm,
               "source": source, "cold_item_fraction": settings.cold_item_fraction}
     logging.info("catalogue (%s): %d items, %d warm (with training interactions), %d cold", source, counts["items"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 import pandas as pd
@@ -57,12 +57,21 @@ class Vocabulary:
         return cls(np.concatenate([[PAD, OOV], counts.index.to_numpy(dtype=object)[order]]),
                    np.concatenate([[0, 0], counts.to_numpy()[order]]))
 
-    def with_catalogue(self, catalogue_ids: Iterable[str]) -> Vocabulary:
-        """This vocabulary plus the catalogue's ids it lacks (items without training interactions: "cold"), appended
-        with count 0 in id order, after every item with interactions."""
+    def with_catalogue(self, catalogue_ids: Iterable[str], counts: Optional[pd.Series] = None) -> Vocabulary:
+        """This vocabulary plus the catalogue's ids it lacks, appended after its own.
+
+        ``counts`` (training interactions by id, the counts this vocabulary was built from *before* ``min_count``)
+        gives an added id its own count: an item that ``min_count`` left out but the catalogue lists keeps its
+        clicks, so it stays warm (its training interactions stay in training, so evaluation must not count it
+        among the items nobody clicked). Those ids come first, by decreasing count (ties by id; all of them are
+        below ``min_count``, so the frequency order holds), then the ids without any training interaction ("cold"),
+        count 0, in id order. Without ``counts`` every added id is cold."""
         ids = pd.Index(pd.unique(np.asarray(catalogue_ids, dtype=object)))
-        cold = np.sort(ids[~ids.isin(self.ids)].to_numpy(dtype=object).astype(str)).astype(object)
-        return Vocabulary(np.concatenate([self.ids, cold]), np.concatenate([self.counts, np.zeros(len(cold), np.int64)]))
+        added = ids[~ids.isin(self.ids)].to_numpy(dtype=object).astype(str).astype(object)
+        found = (np.zeros(len(added), np.int64) if counts is None
+                 else counts.reindex(pd.Index(added)).fillna(0).to_numpy(np.int64))
+        order = np.lexsort((added.astype(str), -found))
+        return Vocabulary(np.concatenate([self.ids, added[order]]), np.concatenate([self.counts, found[order]]))
 
     @property
     def warm(self) -> np.ndarray:

@@ -57,6 +57,14 @@ def test_catalogue_items_join_the_vocabulary_cold_and_last():
     assert vocab.warm.tolist() == [False, False, True, True, False, False]
 
 
+def test_a_listed_item_below_min_count_joins_with_its_clicks_before_the_cold_ones():
+    clicks = pd.Series(["b", "b", "b", "a", "a", "a", "x", "y", "y"]).value_counts(sort=False)
+    vocab = Vocabulary.from_counts(clicks, min_count=3).with_catalogue(["z", "a", "x", "y", "c"], clicks)
+    assert vocab.ids.tolist() == ["<pad>", "<oov>", "a", "b", "y", "x", "c", "z"]
+    assert vocab.counts.tolist() == [0, 0, 3, 3, 2, 1, 0, 0]  # x and y were clicked: warm, in frequency order
+    assert vocab.warm.tolist() == [False, False, True, True, True, True, False, False]
+
+
 def test_id_uniforms_depend_on_the_id_only_and_are_uniform():
     ids = pd.Series([f"item{i}" for i in range(20_000)])
     u = seeds.id_uniforms(ids, 7, seeds.COLD_ITEMS)

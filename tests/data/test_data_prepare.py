@@ -273,3 +273,21 @@ def test_the_catalogue_and_its_cold_items_are_the_same_on_every_path(logs, tmp_p
     cold = {item for item, count in zip(ids, counts, strict=True) if count == 0} - {"<pad>", "<oov>"}
     assert not cold & {row[1] for row in tables["train_data"]}
     assert _prepared(config, tmp_path / "seven", 7, Embedded()) == reference
+
+
+def test_a_catalogue_item_below_min_item_count_keeps_its_clicks_and_is_never_cold(logs, tmp_path):
+    """data.min_item_count with an item table: a listed item clicked fewer times keeps its training count (its clicks
+    stay in training, so it is warm); the cold items are exactly the listed ones nobody clicked."""
+    items = pd.DataFrame({"item_id": [str(i) for i in range(1, 46)], "genre": [f"g{i % 4}" for i in range(1, 46)]})
+    items.to_csv(tmp_path / "items.csv", index=False)
+    config = override(_config(logs, "csv", "leave_last_n", "time"), {
+        "data.item_features_path": str(tmp_path / "items.csv"), "data.item_features": "genre:categorical",
+        "data.min_item_count": 8})
+    summary, tables, vocabularies, _ = _prepared(config, tmp_path / "run", 1, Embedded())
+    clicked = pd.Series([row[1] for row in tables["train_data"]]).value_counts()
+    assert (clicked < 8).sum() >= 5  # the log has items below the threshold
+    counts = dict(zip(vocabularies[0]["id"][2:], vocabularies[0]["count"][2:], strict=True))
+    assert {item: counts[item] for item in clicked.index} == clicked.to_dict()
+    cold = {item for item, count in counts.items() if count == 0}
+    assert cold == set(items["item_id"]) - set(clicked.index) and summary["catalogue"]["cold"] == len(cold)
+    assert np.all(np.diff(vocabularies[0]["count"][2:len(clicked) + 2]) <= 0)  # warm items by decreasing count
