@@ -1,10 +1,13 @@
 """Validation recall during training: the metric early stopping watches (``training.fit(evaluate_fn=...)``).
 
-The same protocol as the final evaluation, on the validation interactions: full-corpus exact ranking, the user's
-training items excluded, the history each user tower sees built as evaluation and serving build it (the user's
-training items, most recent first, capped at ``max_history``), recall@k with |validation items| as denominator.
-Everything but the two towers is prepared once; each call costs one pass of the user tower over the validation
-users, the item tower over the catalogue and a blocked top-k.
+The same protocol as the final evaluation's headline, on the validation interactions: full-corpus exact ranking of
+the items with training interactions (the vocabulary's warm items: with a catalogue the headline ranks those, and
+items nobody clicked are reported apart, ``retrieval.evaluation.cold_items``; validation pairs with such an item are
+left out as the headline leaves out its test pairs), the user's training items excluded, the history each user tower
+sees built as evaluation and serving build it (the user's training items, most recent first, capped at
+``max_history``), recall@k with |validation items| as denominator. Everything but the two towers is prepared once;
+each call costs one pass of the user tower over the validation users, the item tower over the catalogue and a
+blocked top-k.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from absl import logging
 
 from retrieval.data.histories import item_ids_recent_first
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
@@ -22,10 +26,16 @@ from retrieval.export import pad_histories
 
 def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: Vocabulary,
               user_vocab: Vocabulary, k: int = 20, batch_size: int = 4096) -> Callable[[], float]:
-    """``() -> recall@k`` of ``model``'s current weights (a ``TwoTowerModel``) on ``validation``."""
+    """``() -> recall@k`` of ``model``'s current weights (a ``TwoTowerModel``) on ``validation``, ranking the warm
+    items of ``item_vocab`` (module docstring)."""
     import tensorflow as tf
 
-    data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:])
+    warm = item_vocab.warm[NUM_RESERVED:]
+    data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:][warm])
+    if not warm.all():
+        logging.info("early stopping: validation recall@%d among the %d items with training interactions, as the "
+                     "headline (%d cold catalogue items left out, and %d validation pairs with an item outside them)", k,
+                     int(warm.sum()), int((~warm).sum()), data.counts["count/test_interactions_unknown_item"])
     rows = np.flatnonzero(data.test.lengths > 0)
     users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
     # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.
@@ -38,7 +48,7 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
             block = slice(start, start + batch_size)
             user_vectors[rows[block]] = model.user_vectors(tf.constant(users[block]), tf.constant(history[block]))
         item_vectors = np.concatenate([np.zeros((NUM_RESERVED, user_vectors.shape[1]), np.float32),
-                                       model.catalogue_vectors()])
+                                       model.catalogue_vectors()[warm]])
         result = evaluator.evaluate(user_vectors, item_vectors, data.train, data.test, ks=(k,), baselines=(),
                                     n_bootstrap=0, popularity=data.popularity)
         return float(result[f"recall@{k}"])

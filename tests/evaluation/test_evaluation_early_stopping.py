@@ -1,0 +1,39 @@
+"""The early-stopping metric (``retrieval.evaluation.early_stopping.recall_fn``) ranks the items the headline ranks."""
+
+import numpy as np
+import pandas as pd
+
+from retrieval.data.vocab import Vocabulary
+from retrieval.evaluation.early_stopping import recall_fn
+
+
+class FixedVectors:
+    """What ``recall_fn`` reads of a ``TwoTowerModel``, with fixed vectors: users by user index, items by item index."""
+
+    max_history = 4
+
+    def __init__(self, users: np.ndarray, items: np.ndarray):
+        self.users, self.items = users, items
+
+    def user_vectors(self, user, history) -> np.ndarray:
+        return self.users[np.asarray(user)]
+
+    def item_vectors(self, indices) -> np.ndarray:
+        return self.items[np.asarray(indices)]
+
+    def catalogue_vectors(self) -> np.ndarray:
+        return self.items[2:]
+
+
+def test_early_stopping_ranks_the_warm_items_as_the_headline_does():
+    items = Vocabulary.from_ids(["w0", "w0", "w1", "w1", "w2"]).with_catalogue(["c0", "c1"])
+    users = Vocabulary.from_ids(["u0", "u1"])
+    assert items.ids[2:].tolist() == ["w0", "w1", "w2", "c0", "c1"] and users.ids[2:].tolist() == ["u0", "u1"]
+    user_vectors = np.array([[0, 0], [0, 0], [1, 0], [0, 1]], np.float32)
+    # For u0 (along the first axis) the cold c0 outscores her validation item w1, the best of the warm items she has
+    # not clicked; u1's only validation item is the cold c1, which the headline does not rank either.
+    item_vectors = np.array([[0, 0], [0, 0], [0.9, 0], [0.5, 0], [0.1, 0], [1, 0], [0, 1]], np.float32)
+    train = pd.DataFrame({"user_id": ["u0", "u1"], "item_id": ["w0", "w2"], "timestamp": [0, 0]})
+    validation = pd.DataFrame({"user_id": ["u0", "u1"], "item_id": ["w1", "c1"], "timestamp": [1, 1]})
+    evaluate = recall_fn(FixedVectors(user_vectors, item_vectors), train, validation, items, users, k=1)
+    assert evaluate() == 1.0  # u0 alone, her item first among the warm ones (0.0 among all, and u1 at 1.0)
