@@ -13,6 +13,7 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
+from absl import logging
 
 from retrieval.errors import InputError
 
@@ -23,6 +24,11 @@ MAX_ID_LENGTH = 256
 # Largest timestamp accepted: 2**53 (exact in float64) covers epoch seconds, milliseconds and microseconds; a larger
 # one is a wrong column or a corrupt value, and would overflow int64 arithmetic on time spans and example ages.
 MAX_TIMESTAMP = 2**53
+# Share of the interaction log's items that must have a row in an item feature table (below it the table is refused:
+# its ids are of another kind, e.g. another column or another id scheme, and its rows would be served as items
+# nobody ever clicked), and the share below which a warning names the counts.
+MIN_TABLE_OVERLAP = 0.1
+WARN_TABLE_OVERLAP = 0.5
 
 
 def first_spaced_id(ids: Iterable[str]) -> Optional[int]:
@@ -192,3 +198,24 @@ def unique(keys: pd.Series, path: Optional[str] = None, column: Optional[str] = 
         first = _first((keys.reset_index(drop=True) == keys.iloc[row]).to_numpy())
         raise InputError(f"duplicate id {keys.iloc[row]!r} (first seen at row {first})", path=path,
                          column=column or str(keys.name), row=row)
+
+
+def table_overlap(table_ids: Iterable[str], log_items: Iterable[str], path: Optional[str] = None,
+                  column: Optional[str] = None, log: str = "the training log") -> float:
+    """The share of ``log_items`` (the distinct items of the interaction log) that have a row in an item feature
+    table with ids ``table_ids``. An item table is the catalogue: a table whose ids share (almost) nothing with the
+    log would be served as items nobody ever clicked while every clicked item lost its features. Refused below
+    :data:`MIN_TABLE_OVERLAP` (``InputError`` naming the counts), a warning below :data:`WARN_TABLE_OVERLAP`."""
+    table = pd.Index(pd.unique(np.asarray(list(table_ids), dtype=object).astype(str)))
+    items = pd.Index(pd.unique(np.asarray(list(log_items), dtype=object).astype(str)))
+    shared = int(items.isin(table).sum())
+    share = shared / len(items) if len(items) else 1.0
+    counts = (f"{shared:,} of the {len(items):,} items of {log} have a row in the item table ({share:.1%}), and "
+              f"{len(table) - shared:,} of its {len(table):,} rows are items {log} never saw")
+    if share < MIN_TABLE_OVERLAP:
+        raise InputError(f"{counts}: at least {MIN_TABLE_OVERLAP:.0%} must match; are the table's ids the log's "
+                         "item ids (the same column and id scheme)?", path=path, column=column)
+    if share < WARN_TABLE_OVERLAP:
+        logging.warning("%s: %s (below %.0f%%; items without a row keep no features)", path, counts,
+                        100 * WARN_TABLE_OVERLAP)
+    return share

@@ -5,8 +5,9 @@ item from its id (warm ids read their trained row, any other id the unknown-id r
 
 1. reads the published run (the model directory's ``latest`` or a lineage's, or a run directory) and the new table:
    the id column and exactly the feature columns the model was trained with (``vocab/item_features.json``); a
-   missing id or feature column, a duplicate id, a text cell over ``features.MAX_TEXT_CHARS`` or a column the model
-   was not trained with is bad input (exit 2) and nothing is written;
+   missing id or feature column, a duplicate id, a text cell over ``features.MAX_TEXT_CHARS``, a column the model
+   was not trained with, or ids that share too little with the items the model was trained on
+   (``validate.table_overlap``: another id column or scheme) is bad input (exit 2) and nothing is written;
 2. codes the table with the run's specs (values the model never saw are "missing") and embeds every row with the
    item tower: new items and changed ones get new vectors, unchanged ones the vectors they had; items gone from the
    table leave the catalogue (the table *is* the catalogue: list every item to serve);
@@ -40,7 +41,7 @@ import pandas as pd
 from absl import logging
 
 from retrieval import artifacts
-from retrieval.data import features, readers
+from retrieval.data import features, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, OOV, PAD, Vocabulary
 from retrieval.errors import GateError, InputError
 from retrieval.jobs.locations import new_run_id, resolve_run_dir
@@ -129,16 +130,18 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
                          "what is served (give the model directory)", field="run_dir")
     id_column, specs = features.load_specs(parent.item_features)
     table = read_table(str(table_path), id_column, specs)
+    item_ids = table[id_column].astype(str).to_numpy(dtype=object)
+    training = Vocabulary.load(parent.model_item_vocab)
+    warm = training.ids[NUM_RESERVED:][training.counts[NUM_RESERVED:] > 0]
+    validate.table_overlap(item_ids, warm, str(table_path), id_column, log="the model's training log")
     from retrieval import export  # TensorFlow loads once the input is known to be good
     from retrieval.index.run_index import build_run_index
     from retrieval.serving.canary import Canary, CanaryError
     from retrieval.serving.generator import CandidateGenerator
 
-    item_ids = table[id_column].astype(str).to_numpy(dtype=object)
     catalogue = Vocabulary(np.concatenate([[PAD, OOV], item_ids]), np.zeros(len(item_ids) + NUM_RESERVED, np.int64))
     arrays = features.feature_arrays(table, id_column, catalogue, specs)
     vectors = embed(parent.item_tower, item_ids, {name: array[NUM_RESERVED:] for name, array in arrays.items()})
-    training = Vocabulary.load(parent.model_item_vocab)
     counts = training.counts[training.lookup(item_ids)]  # OOV (index 1) has count 0
     previous_ids = export.read_item_embeddings(parent.item_embeddings)[0]
 
