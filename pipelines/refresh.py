@@ -6,8 +6,9 @@ embeds every row of the table with the published run's item tower (new and chang
 from the table leave the catalogue), builds and self-checks the index, runs the serving canary, and publishes a new
 run of the same lineage (``latest`` moves atomically; a server with hot reload serves it at its next poll). The run
 must have been trained with an item feature table (``data.item_features_path``); the new table has its id column
-and exactly its feature columns. See ``retrieval.jobs.refresh`` and docs/scheduling.md (an hourly refresh beside a
-daily retrain through ``pipelines.scheduled --job_module=pipelines.refresh``). Exit codes: 0 published, 2 bad input
+and exactly its feature columns. A table that removes or adds more than a quarter of the published catalogue is
+refused unless ``--allow_large_change`` says it is meant. See ``retrieval.jobs.refresh`` and docs/scheduling.md (an
+hourly refresh beside a daily retrain through ``pipelines.scheduled --job_module=pipelines.refresh``). Exit codes: 0 published, 2 bad input
 (one line naming the file, column or row; nothing published or changed), 3 the index self-check or the canary
 refused (``latest`` untouched), 4 another process holds the run.
 """
@@ -24,13 +25,17 @@ _RUN = cli.RunDirFlags("refresh (the published run of its lineage)")
 _TABLE = flags.DEFINE_string("item_features_path", None, "The new catalogue: an item feature table (csv, tsv, "
                              "parquet) with the trained id and feature columns, one row per item to serve.")
 _CANARY = flags.DEFINE_boolean("canary", True, "Run the serving canary on the new run before publishing it.")
+_ALLOW_LARGE_CHANGE = flags.DEFINE_boolean(
+    "allow_large_change", False, "Publish a table that removes or adds more than a quarter of the published "
+    "catalogue (retrieval.jobs.refresh.MAX_CHANGE); without it such a table is refused (exit 2).")
 
 
 def main(argv: Sequence[str]) -> None:
     cli.check_arguments(argv, _RUN.run_dir, _TABLE)
     from retrieval.jobs.refresh import refresh  # TensorFlow loads after the flags are checked
 
-    outcome = refresh(_RUN.resolve(), _TABLE.value, canary=_CANARY.value)
+    outcome = refresh(_RUN.resolve(), _TABLE.value, canary=_CANARY.value,
+                      allow_large_change=_ALLOW_LARGE_CHANGE.value)
     where = "latest" if outcome.latest_moved else "its lineage's latest (latest stays on another lineage)"
     print(f"published catalogue refresh {outcome.run_dir} as {where}: {outcome.items} items ({outcome.new} new, "
           f"{outcome.removed} removed, {outcome.warm} with training interactions), refreshed from "

@@ -6,8 +6,10 @@ item from its id (warm ids read their trained row, any other id the unknown-id r
 1. reads the published run (the model directory's ``latest`` or a lineage's, or a run directory) and the new table:
    the id column and exactly the feature columns the model was trained with (``vocab/item_features.json``); a
    missing id or feature column, a duplicate id, a text cell over ``features.MAX_TEXT_CHARS``, a column the model
-   was not trained with, or ids that share too little with the items the model was trained on
-   (``validate.table_overlap``: another id column or scheme) is bad input (exit 2) and nothing is written;
+   was not trained with, ids that share too little with the items the model was trained on
+   (``validate.table_overlap``: another id column or scheme), or a table that removes or adds more than
+   :data:`MAX_CHANGE` of the published catalogue without ``allow_large_change`` is bad input (exit 2) and nothing is
+   written;
 2. codes the table with the run's specs (values the model never saw are "missing") and embeds every row with the
    item tower: new items and changed ones get new vectors, unchanged ones the vectors they had; items gone from the
    table leave the catalogue (the table *is* the catalogue: list every item to serve);
@@ -38,6 +40,7 @@ from typing import Optional
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts
@@ -48,6 +51,9 @@ from retrieval.jobs.locations import new_run_id, resolve_run_dir
 from retrieval.jobs.publish import COMPLETE_MARKER, ModelDirectory
 
 BATCH = 8192  # items per call of the item tower
+# Share of the published catalogue a refresh may remove, and may add, unless asked (``allow_large_change``): a
+# table that drops half the catalogue is more often a truncated export than a decision.
+MAX_CHANGE = 0.25
 LINKED_FILES = ("config.json", "metrics.json", "id_tables.npz", "data/train.parquet", "data/test.parquet",
                 "vocab/users.parquet", "vocab/item_features.json")
 LINKED_DIRS = ("user_tower", "item_tower")
@@ -78,6 +84,20 @@ def read_table(path: str, id_column: str, specs: list[features.FeatureSpec]) -> 
     if table.empty:
         raise InputError("the catalogue table has no rows", path=path)
     return table
+
+
+def check_change(previous: np.ndarray, item_ids: np.ndarray, path: str, allow_large_change: bool) -> tuple[int, int]:
+    """(new, removed): the items of ``item_ids`` not in the published catalogue ``previous`` and those of it gone;
+    ``InputError`` naming the counts when either is more than :data:`MAX_CHANGE` of ``previous``, unless
+    ``allow_large_change``."""
+    new = int((~pd.Index(item_ids).isin(previous)).sum())
+    removed = int((~pd.Index(previous).isin(item_ids)).sum())
+    for count, what in ((removed, f"removes {removed:,} of the"), (new, f"adds {new:,} items to the")):
+        if count > MAX_CHANGE * len(previous) and not allow_large_change:
+            raise InputError(f"the table {what} {len(previous):,} items of the published catalogue "
+                             f"({count / len(previous):.0%}; a refresh changes at most {MAX_CHANGE:.0%} unless "
+                             "asked): check the table, or pass --allow_large_change to publish it", path=path)
+    return new, removed
 
 
 def embed(item_tower: Path, item_ids: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
@@ -114,8 +134,9 @@ def _new_run(model_dir: ModelDirectory) -> str:
 
 
 def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Optional[float] = None,
-            canary: bool = True) -> RefreshOutcome:
-    """Publishes a new catalogue from ``table_path`` for the published run at ``run_dir`` (module docstring)."""
+            canary: bool = True, allow_large_change: bool = False) -> RefreshOutcome:
+    """Publishes a new catalogue from ``table_path`` for the published run at ``run_dir`` (module docstring);
+    ``allow_large_change``: publish a table that removes or adds more than :data:`MAX_CHANGE` of the catalogue."""
     start = time.monotonic()
     parent = artifacts.RunPaths(resolve_run_dir(str(run_dir)))
     if not parent.item_tower.is_dir() or not parent.item_features.is_file():
@@ -134,6 +155,9 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
     training = Vocabulary.load(parent.model_item_vocab)
     warm = training.ids[NUM_RESERVED:][training.counts[NUM_RESERVED:] > 0]
     validate.table_overlap(item_ids, warm, str(table_path), id_column, log="the model's training log")
+    previous = pq.read_table(parent.item_embeddings, columns=["item_id"]).column("item_id").to_numpy(
+        zero_copy_only=False).astype(object)
+    new, removed = check_change(previous, item_ids, str(table_path), allow_large_change)
     from retrieval import export  # TensorFlow loads once the input is known to be good
     from retrieval.index.run_index import build_run_index
     from retrieval.serving.canary import Canary, CanaryError
@@ -143,7 +167,6 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
     arrays = features.feature_arrays(table, id_column, catalogue, specs)
     vectors = embed(parent.item_tower, item_ids, {name: array[NUM_RESERVED:] for name, array in arrays.items()})
     counts = training.counts[training.lookup(item_ids)]  # OOV (index 1) has count 0
-    previous_ids = export.read_item_embeddings(parent.item_embeddings)[0]
 
     run_id = _new_run(model_dir)
     paths = model_dir.run_paths(run_id)
@@ -157,9 +180,8 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
         training.save(paths.training_item_vocab)
         Vocabulary(catalogue.ids, np.concatenate([[0, 0], counts])).save(paths.item_vocab)
         export.write_item_embeddings(paths.item_embeddings, item_ids, vectors, counts > 0)
-        outcome = RefreshOutcome(str(paths.root), parent.root.name, len(item_ids),
-                                 int((~pd.Index(item_ids).isin(previous_ids)).sum()),
-                                 int((~pd.Index(previous_ids).isin(item_ids)).sum()), int((counts > 0).sum()), False, 0.0)
+        outcome = RefreshOutcome(str(paths.root), parent.root.name, len(item_ids), new, removed,
+                                 int((counts > 0).sum()), False, 0.0)
         artifacts.write_json(paths.manifest, {**manifest, "run_id": run_id, "version": run_id, "status": "running",
                                               "refreshed_from": parent.root.name,
                                               "catalogue": {"items": outcome.items, "new": outcome.new,

@@ -66,3 +66,22 @@ def test_a_table_of_other_ids_is_refused_naming_the_counts(model_dir, trained, t
     error = one_error(done)
     assert "0 of the 200 items of the model's training log have a row" in error and "200 of its 200 rows" in error
     assert runs_of(model_dir) == ["trained"]
+
+
+def test_a_refresh_that_removes_half_the_catalogue_needs_the_flag(model_dir, trained, tmp_path):
+    half = trained[1].iloc[::2]
+    done = run_refresh(model_dir, half, tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "removes 100 of the 200 items of the published catalogue (50%" in one_error(done)
+    assert "--allow_large_change" in one_error(done) and runs_of(model_dir) == ["trained"]
+    done = run_refresh(model_dir, half, tmp_path, "--allow_large_change")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "100 items (0 new, 100 removed" in done.stdout
+
+
+def test_a_refresh_that_adds_too_many_items_needs_the_flag(model_dir, trained, tmp_path):
+    table = trained[1]
+    grown = pd.concat([table, table.iloc[:60].assign(item_id=[f"new{k}" for k in range(60)])])
+    done = run_refresh(model_dir, grown, tmp_path)
+    assert done.returncode == 2 and "adds 60 items to the 200 items of the published catalogue (30%" in one_error(done)
+    assert runs_of(model_dir) == ["trained"]
