@@ -57,37 +57,46 @@ class ContentProfile(tf.keras.layers.Layer):
         self.dim = int(basis.shape[1])
         self.scale = float(np.sqrt(weight))
         self._weights, self._idf = {}, {}
-        for block in self.blocks:
+        for block in self.blocks:  # row c: code c's column of P times its IDF; code 0 (missing) a zero row
             rows = basis[block.offset:block.offset + block.width]
-            if not block.numeric:  # row c: code c's column of P times its IDF; code 0 (missing) a zero row
-                rows = np.concatenate([np.zeros([1, self.dim], np.float32), rows * block.idf[1:, None]])
-                self._idf[block.name] = tf.constant(block.idf, tf.float32)
+            rows = np.concatenate([np.zeros([1, self.dim], np.float32), rows * block.idf[1:, None]])
+            self._idf[block.name] = tf.constant(block.idf, tf.float32)
             self._weights[block.name] = tf.constant(rows, tf.float32)
         # The catalogue's coordinates from its TF-IDF matrix at hand; ``encode`` computes the same from codes.
         self.catalogue = tf.Variable(np.asarray(vectors @ basis, np.float32), trainable=False, name="catalogue")
 
     def encode(self, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
-        """``P^T x`` [N, k] of coded feature values (each ``[N]`` or ``[N, M]``, as ``FeatureTables`` holds them):
-        each feature's block L2-normalised, then the row, as ``content.content_vectors`` does before projecting."""
+        """``P^T x`` [N, k] of coded feature values (each ``[N]`` or ``[N, M]``, as ``FeatureTables`` holds them;
+        numeric values binned at the catalogue's edges): each feature's block L2-normalised, then the row, as
+        ``content.content_vectors`` does before projecting."""
         total, blocks_present = 0.0, 0.0
         for block in self.blocks:
             coded = tf.convert_to_tensor(values[block.name])
-            if block.numeric:
-                x = tf.reshape(tf.cast(coded, tf.float32), [tf.shape(coded)[0], block.width])
-                norm = tf.norm(x, axis=-1)
-                projected = tf.matmul(x, self._weights[block.name])
-            else:
-                codes = tf.reshape(tf.cast(coded, tf.int32), [tf.shape(coded)[0], -1])
-                codes = tf.where(codes > block.width, 0, codes)  # codes no catalogue item had: no column
-                idf = tf.gather(self._idf[block.name], codes)
-                # |counts * idf|^2 = sum over position pairs holding the same code of idf^2.
-                same = tf.cast(tf.equal(codes[:, :, None], codes[:, None, :]), tf.float32)
-                norm = tf.sqrt(tf.einsum("nl,nlm,nm->n", idf, same, idf))
-                projected = tf.reduce_sum(tf.gather(self._weights[block.name], codes), axis=1)
+            codes = (self._bins(block, coded) if block.numeric
+                     else tf.reshape(tf.cast(coded, tf.int32), [tf.shape(coded)[0], -1]))
+            codes = tf.where(codes > block.width, 0, codes)  # codes no catalogue item had: no column
+            idf = tf.gather(self._idf[block.name], codes)
+            # |counts * idf|^2 = sum over position pairs holding the same code of idf^2.
+            same = tf.cast(tf.equal(codes[:, :, None], codes[:, None, :]), tf.float32)
+            norm = tf.sqrt(tf.einsum("nl,nlm,nm->n", idf, same, idf))
+            projected = tf.reduce_sum(tf.gather(self._weights[block.name], codes), axis=1)
             present = norm > 0
             total += projected / tf.where(present, norm, 1.0)[:, None]
             blocks_present += tf.cast(present, tf.float32)
         return total / tf.sqrt(tf.maximum(blocks_present, 1.0))[:, None]
+
+    @staticmethod
+    def _bins(block: content.Block, values: tf.Tensor) -> tf.Tensor:
+        """Codes [N, k] of a numeric block's values ([N] or [N, k]): ``content.numeric_codes`` in the graph."""
+        columns = tf.reshape(tf.cast(values, tf.float32), [tf.shape(values)[0], len(block.edges)])
+        codes, first = [], 1
+        for j, edges in enumerate(block.edges):
+            column = columns[:, j]
+            place = (tf.searchsorted(tf.constant(edges, tf.float32), column, side="right") if len(edges)
+                     else tf.zeros_like(column, tf.int32))
+            codes.append(tf.where(column != 0, first + place, 0))
+            first += len(edges) + 1
+        return tf.stack(codes, axis=1)
 
     def lookup(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)`` (zeros in training)."""

@@ -65,6 +65,16 @@ def test_the_coordinates_are_the_projected_tf_idf_vectors(item_features, dim):
         np.testing.assert_allclose(unit @ unit.T, (vectors[2:] @ vectors[2:].T).toarray(), atol=1e-5)
 
 
+def test_numeric_features_of_several_columns_are_binned_in_the_graph_as_in_numpy():
+    rng = np.random.default_rng(4)
+    tables = {"size": rng.normal(size=(40, 2)).astype(np.float32), "kind": rng.integers(0, 3, 40).astype(np.int32)}
+    tables["size"][3] = 0.0  # missing: no term
+    layer = ContentProfile(tables, 64, weight=1.0)
+    vectors = content.content_vectors(tables)
+    np.testing.assert_allclose(layer.encode(tables).numpy(), vectors.toarray() @ content.projection(vectors, 64),
+                               atol=1e-5)
+
+
 def test_the_score_is_the_towers_score_plus_g_times_the_content_baselines_cosine(vocab, item_features):
     weight = 0.7
     model = model_of(vocab, item_features, weight)
