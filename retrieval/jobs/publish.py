@@ -140,14 +140,43 @@ class ModelDirectory:
         runs = [p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink() and (p / COMPLETE_MARKER).exists()]
         return [p.name for p in sorted(runs, key=lambda p: (p / COMPLETE_MARKER).stat().st_mtime)]
 
+    def _manifest(self, run_id: str) -> dict:
+        path = self.run_paths(run_id).manifest
+        try:
+            return artifacts.read_json(path) if path.is_file() else {}
+        except ValueError:  # a damaged manifest names no run
+            return {}
+
+    def trained_run(self, run_id: str) -> str:
+        """The run that trained ``run_id``'s towers: itself, or for a catalogue refresh the run its manifest names
+        (``trained_run``; refreshes written before that field: the first run of its ``refreshed_from`` chain)."""
+        seen = {run_id}
+        while True:
+            manifest = self._manifest(run_id)
+            parent = manifest.get("trained_run") or manifest.get("refreshed_from")
+            if not parent or parent in seen:
+                return run_id
+            seen.add(parent)
+            run_id = parent
+
+    def dependencies(self, run_id: str) -> set[str]:
+        """The runs ``run_id`` was made from: for a catalogue refresh, the run it was refreshed from and the run that
+        trained the towers it embeds with (their report, checkpoints and training record live there only)."""
+        parent = self._manifest(run_id).get("refreshed_from")
+        return {parent, self.trained_run(run_id)} - {run_id} if parent else set()
+
     def retain(self, keep_last: int) -> List[str]:
-        """Deletes finished runs beyond the newest ``keep_last``; never a published run (of any lineage) or an
-        unfinished one."""
+        """Deletes finished runs beyond the newest ``keep_last``; never a published run (of any lineage), an
+        unfinished one, or a run that one of those depends on (:meth:`dependencies`: what a catalogue refresh
+        embeds from)."""
         if keep_last <= 0:
             return []
-        published = self.published_runs()
         finished = self.finished_runs()
-        removable = [r for r in finished[:-keep_last] if r not in published]
+        unfinished = [p.name for p in self.root.iterdir() if p.is_dir() and not p.is_symlink() and
+                      not p.name.startswith(".") and p.name != LINEAGES and p.name not in finished]
+        kept = self.published_runs() | set(unfinished)
+        kept |= set().union(*(self.dependencies(run) for run in kept))
+        removable = [r for r in finished[:-keep_last] if r not in kept]
         for run_id in removable:
             doomed = self.root / f".{run_id}.deleting"
             os.rename(self.root / run_id, doomed)

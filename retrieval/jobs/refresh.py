@@ -184,6 +184,7 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
                                  int((counts > 0).sum()), False, 0.0)
         artifacts.write_json(paths.manifest, {**manifest, "run_id": run_id, "version": run_id, "status": "running",
                                               "refreshed_from": parent.root.name,
+                                              "trained_run": model_dir.trained_run(parent.root.name),
                                               "catalogue": {"items": outcome.items, "new": outcome.new,
                                                             "removed": outcome.removed, "warm": outcome.warm,
                                                             "table": str(table_path)}})

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from retrieval import artifacts
 from retrieval.jobs.job import TrainingJob
 from tests.jobs.test_pipeline_job import make_config
 
@@ -85,3 +86,25 @@ def test_a_refresh_that_adds_too_many_items_needs_the_flag(model_dir, trained, t
     done = run_refresh(model_dir, grown, tmp_path)
     assert done.returncode == 2 and "adds 60 items to the 200 items of the published catalogue (30%" in one_error(done)
     assert runs_of(model_dir) == ["trained"]
+
+
+def test_retention_keeps_the_run_a_refresh_embeds_from(model_dir, trained):
+    from retrieval.jobs.refresh import refresh
+
+    config = artifacts.read_json(model_dir / "trained" / "config.json")
+    artifacts.write_json(model_dir / "trained" / "config.json", {**config, "publish": {**config["publish"],
+                                                                                       "keep_last": 1}})
+    table = trained[1]
+    first = refresh(model_dir, write(table.iloc[1:], model_dir.parent / "first.csv"))
+    second = refresh(model_dir, write(table.iloc[2:], model_dir.parent / "second.csv"))
+    assert second.refreshed_from == Path(first.run_dir).name
+    for name in ("report.md", "recall_at_k.png", "checkpoints", "stages/train.json"):
+        assert (model_dir / "trained" / name).exists(), name
+    assert {"trained", Path(first.run_dir).name, Path(second.run_dir).name} <= set(runs_of(model_dir))
+    third = refresh(model_dir, write(table.iloc[3:], model_dir.parent / "third.csv"))
+    assert runs_of(model_dir) == sorted(["trained", Path(second.run_dir).name, Path(third.run_dir).name])
+
+
+def write(table: pd.DataFrame, path: Path) -> str:
+    table.to_csv(path, index=False)
+    return str(path)
