@@ -20,29 +20,40 @@ and refuses it (``CanaryError``) unless:
   the run's own evaluated recall@k (``metrics.json``), else most-popular's on the same users; ``2 k / catalogue`` is
   twice what random vectors reach (so a tower of random finite vectors, or one from another run, is refused even
   where popularity is weak); ``se``, the standard error of the check users' mean recall, keeps sampling noise from
-  refusing a good run. Runs without held-out data skip this check (reported as skipped).
+  refusing a good run. Runs without held-out data skip this check (reported as skipped), and so do catalogues of
+  fewer than ``MIN_ITEMS_PER_K * k`` ranked items, where random answers already find a large share of the held-out
+  items and no floor tells a working tower from a broken one (said as the reason it was skipped).
+
+  A catalogue with items nobody clicked in training (cold items of an item table, the new items of a catalogue
+  refresh, ``retrieval.jobs.refresh``) is checked on what a user tower can break: its answers are ranked among the
+  catalogue's warm items (those with training interactions: the items ``metrics.json``'s recall ranked), by exact
+  search for the queries the request path makes (stored history through the user tower, history excluded). Items
+  without interactions, however many and however high they score, neither raise nor lower the check: a refresh
+  that adds 10,000 items is measured like one that adds 10.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 import numpy as np
 
 from retrieval.artifacts import RunPaths, read_json
 from retrieval.data import readers
 from retrieval.errors import InputError
-from retrieval.index.factory import prepare_vectors
+from retrieval.export import read_warm
+from retrieval.index.factory import canonical_metric, prepare_vectors
 from retrieval.index.run_index import user_queries
-from retrieval.index.selfcheck import RecallProbe
+from retrieval.index.selfcheck import RecallProbe, exact_search
 from retrieval.serving.generator import CandidateGenerator
 from retrieval.serving.settings import CANARY_RECALL_FLOOR, CANARY_USERS
 
 T = TypeVar("T")
 MAX_ERROR_CHARS = 300
 MIN_QUALITY_USERS = 10  # check users with held-out items below which the quality check is skipped (too noisy)
+MIN_ITEMS_PER_K = 4  # ranked items per cut-off k below which the quality check is skipped (chance reaches k / items)
 _TF_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces", "[[")
 
 
@@ -132,47 +143,80 @@ class Canary:
         paths = RunPaths(generator.run_dir) if generator.run_dir is not None else None
         if paths is None or not paths.test_data.is_file():
             return {"skipped": "the run has no data/test.parquet"}
-        users, relevant = _held_out(generator, paths, self.quality_users, self.seed)
-        if len(users) < MIN_QUALITY_USERS:
-            return {"skipped": f"{len(users)} training users have held-out catalogue items (fewer than "
-                               f"{MIN_QUALITY_USERS})"}
+        warm = read_warm(paths.item_embeddings)
+        ranked = None if warm.all() else np.flatnonzero(warm)  # positions of the warm items
+        items = len(generator.index) if ranked is None else len(ranked)
+        among = "catalogue items" if ranked is None else "warm catalogue items"
         evaluated = read_json(paths.metrics) if paths.metrics.is_file() else {}
-        k = _cut_off(evaluated, self.quality_k, len(generator.index))
-        answers = _attempt("a held-out request", lambda: generator.recommend_batch(list(users), k=k))
-        recall = np.array([len(set(a.item_ids.tolist()) & wanted) / len(wanted)
-                           for a, wanted in zip(answers, relevant, strict=True)])
+        k = _cut_off(evaluated, self.quality_k, items)
+        if items < MIN_ITEMS_PER_K * k:
+            return {"skipped": f"{items} {among} are too few for a recall@{k} check: random answers would find "
+                               f"about {k / max(items, 1):.0%} of the held-out items (at least {MIN_ITEMS_PER_K * k} "
+                               "items needed)"}
+        users, relevant = _held_out(generator, paths, self.quality_users, self.seed, ranked)
+        if len(users) < MIN_QUALITY_USERS:
+            return {"skipped": f"{len(users)} training users have held-out {among} (fewer than "
+                               f"{MIN_QUALITY_USERS})"}
+        if ranked is None:
+            answers = [set(a.item_ids.tolist()) for a in _attempt(
+                "a held-out request", lambda: generator.recommend_batch(list(users), k=k))]
+        else:
+            answers = _attempt("a held-out request", lambda: _ranked_answers(generator, users, ranked, k))
+        recall = np.array([len(found & wanted) / len(wanted) for found, wanted in zip(answers, relevant, strict=True)])
         if isinstance(evaluated.get(f"recall@{k}"), (int, float)):
             reference, source = float(evaluated[f"recall@{k}"]), "the run's evaluated recall"
         else:
             reference, source = _popular_recall(generator, users, relevant, k), "most-popular on the same users"
-        chance = 2.0 * k / len(generator.index)
+        chance = 2.0 * k / items
         se = float(recall.std(ddof=1) / np.sqrt(len(recall)))
         floor = max(self.quality_fraction * reference, chance) - 2.0 * se
-        measured = {"users": len(users), "k": k, "recall": round(float(recall.mean()), 4),
+        measured = {"users": len(users), "k": k, "recall": round(float(recall.mean()), 4), "ranked_items": items,
                     "reference": round(reference, 4), "reference_source": source, "floor": round(floor, 4)}
         if recall.mean() < floor:
             raise CanaryError(
                 f"the user tower's answers reach recall@{k} = {recall.mean():.4f} on the held-out items of "
                 f"{len(users)} training users, below the canary floor {floor:.4f} (max of {self.quality_fraction:g} x "
-                f"{source} {reference:.4f} and twice chance {chance:.4f}, less 2 standard errors): the user tower "
-                "does not match this run's items")
+                f"{source} {reference:.4f} and twice chance {chance:.4f}, less 2 standard errors; ranked among {items} "
+                f"{among}): the user tower does not match this run's items")
         return measured
 
 
-def _held_out(generator: CandidateGenerator, paths: RunPaths, count: int, seed: int) -> tuple[list, list]:
-    """Up to ``count`` training users (a seeded sample) with held-out catalogue items they have not trained on, and
-    those items (sets of ids); only the sampled users' test rows are read."""
+def _ranked_answers(generator: CandidateGenerator, users: list, ranked: np.ndarray, k: int) -> list[set]:
+    """Each user's top ``k`` item ids among the catalogue positions ``ranked``: the request path's query (the stored
+    history through the user tower), exact search over those items' vectors, the history excluded."""
+    histories, id_map = generator.histories, generator.index.id_map
+    stored = [histories.history(row) for row in histories.rows_of(users)]
+    queries = generator.encoder.encode(list(users), [id_map.ids_of(h[:generator.max_history]).tolist()
+                                                     for h in stored])
+    metric = canonical_metric(generator.index.metric)
+    depth = min(len(ranked), k + max((len(h) for h in stored), default=0))
+    _, found = exact_search(prepare_vectors(generator.item_vectors[ranked], metric), id_map.indices[ranked],
+                            prepare_vectors(queries, metric), depth, metric)
+    answers = []
+    for row, history in zip(found, stored, strict=True):
+        kept = row[(row >= 0) & ~np.isin(row, history)][:k]
+        answers.append(set(id_map.ids_of(kept).tolist()))
+    return answers
+
+
+def _held_out(generator: CandidateGenerator, paths: RunPaths, count: int, seed: int,
+              ranked: Optional[np.ndarray] = None) -> tuple[list, list]:
+    """Up to ``count`` training users (a seeded sample) with held-out catalogue items (of the positions ``ranked``
+    when given) they have not trained on, and those items (sets of ids); only the sampled users' test rows are
+    read."""
     histories = generator.histories
     rows = histories.sample(4 * count, seed)
     test = readers.read_run_interactions(paths.test_data, histories.user_ids[rows].astype(str).tolist())
     by_user = test.groupby("user_id")["item_id"].agg(set).to_dict() if len(test) else {}
     catalogue = generator.index.id_map
+    allowed = None if ranked is None else set(catalogue.ids_of(catalogue.indices[ranked]).tolist())
     users, relevant = [], []
     for row in rows:
         user = str(histories.user_ids[row])
         wanted = sorted(by_user.get(user, ()))
         known = {item for item, index in zip(wanted, catalogue.indices_of(wanted), strict=True) if index >= 0}
         known -= set(catalogue.ids_of(histories.history(row)).tolist())
+        known = known if allowed is None else known & allowed
         if known:
             users.append(user)
             relevant.append(known)

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from retrieval.artifacts import RunPaths
-from retrieval.export import read_item_embeddings
-from retrieval.index.run_index import build_run_index
+from retrieval.data.vocab import Vocabulary
+from retrieval.export import read_item_embeddings, write_item_embeddings
+from retrieval.index.run_index import build_run_index, user_queries
 from retrieval.serving import CandidateGenerator
 from retrieval.serving.canary import Canary, CanaryError
 from retrieval.serving.demo_run import write_demo_run, write_user_tower
@@ -80,3 +81,37 @@ def test_runs_without_held_out_data_skip_the_check(run, tmp_path):
     bare.test_data.unlink()
     assert Canary()(CandidateGenerator.from_run(bare.root))["quality"] == {
         "skipped": "the run has no data/test.parquet"}
+
+
+def test_items_without_interactions_do_not_fail_the_check(run, tmp_path):
+    """A catalogue refresh adding one item per user, each at that user's own query (so new items fill every top k),
+    is checked among the warm items the tower was evaluated on: growth cannot refuse it."""
+    grown = _copy(run, tmp_path / "grown")
+    generator = CandidateGenerator.from_run(run.root)
+    queries = user_queries(generator.encoder, generator.histories, generator.index.id_map, len(generator.histories),
+                           0, generator.max_history)
+    item_ids, vectors = read_item_embeddings(run.item_embeddings)
+    new_ids = np.array([f"new{k}" for k in range(len(queries))], dtype=object)
+    write_item_embeddings(grown.item_embeddings, np.concatenate([item_ids, new_ids]),
+                          np.concatenate([vectors, 10 * queries]), np.arange(len(item_ids) + len(new_ids)) < len(item_ids))
+    vocab = Vocabulary.load(run.item_vocab)
+    Vocabulary(np.concatenate([vocab.ids, new_ids]), np.concatenate([vocab.counts, np.zeros(len(new_ids), np.int64)])
+               ).save(grown.item_vocab)
+    build_run_index(grown)
+    served = CandidateGenerator.from_run(grown.root)
+    assert set(served.recommend(user_id=str(served.histories.user_ids[0]), k=20).item_ids) <= set(new_ids)
+    quality = Canary()(served)["quality"]
+    assert quality["ranked_items"] == len(item_ids) and quality["recall"] > quality["floor"] > 0.1
+
+
+def test_a_catalogue_too_small_for_the_cut_off_says_so(run, tmp_path):
+    small = _copy(run, tmp_path / "small")
+    small.metrics.write_text(json.dumps({"recall@20": 0.9}))
+    item_ids, vectors = read_item_embeddings(run.item_embeddings)
+    write_item_embeddings(small.item_embeddings, item_ids[:30], vectors[:30])
+    vocab = Vocabulary.load(run.item_vocab)
+    Vocabulary(vocab.ids[:32], vocab.counts[:32]).save(small.item_vocab)
+    build_run_index(small)
+    assert Canary().check_quality(CandidateGenerator.from_run(small.root)) == {
+        "skipped": "30 catalogue items are too few for a recall@20 check: random answers would find about 67% of the "
+                   "held-out items (at least 80 items needed)"}
