@@ -6,6 +6,9 @@ On disk (one directory, written atomically)::
     ids.parquet    index (int64) -> item_id (string), see ``idmap.IdMap``
     manifest.json  dimension, metric, count, factory, search_params, model_version, built_at, build_seconds,
                    self_check (recall@k against exact search, floor, queries), seed, faiss_version
+    transform.npy  (an index of transformed vectors only) [D, d]: queries are multiplied by it before the search
+    similar/       (optional) the item-to-item index, a directory of this layout with a transform
+                   (``retrieval.index.similar``: runs whose item vectors are two blocks); it shares the id map
 
 Scores are "higher is better" for every metric: inner product for ``ip`` and ``cosine``, minus the squared
 Euclidean distance for ``l2``.
@@ -29,7 +32,8 @@ from retrieval.index.idmap import IdMap
 from retrieval.index.selfcheck import IndexQualityError, apply_search_params, self_check
 from retrieval.index.source import VectorSource, as_source
 
-INDEX_FILE, IDS_FILE, MANIFEST_FILE = "index.faiss", "ids.parquet", "manifest.json"
+INDEX_FILE, IDS_FILE, MANIFEST_FILE, TRANSFORM_FILE = "index.faiss", "ids.parquet", "manifest.json", "transform.npy"
+SIMILAR_DIR = "similar"
 FORMAT_VERSION = 1
 
 
@@ -42,12 +46,18 @@ class Neighbours(NamedTuple):
 
 
 class ItemIndex:
-    """Nearest-neighbour search over item vectors, answering vocabulary indices and original ids."""
+    """Nearest-neighbour search over item vectors, answering vocabulary indices and original ids.
 
-    def __init__(self, index: faiss.Index, id_map: IdMap, manifest: dict):
+    ``transform`` [D, d] (None: the vectors as they are): the index holds vectors times it, and ``search`` maps its
+    queries the same way. ``similar``: the item-to-item index when the item vectors need a view of their own for it
+    (``retrieval.index.similar``), else None (items are compared in this index)."""
+
+    def __init__(self, index: faiss.Index, id_map: IdMap, manifest: dict, transform: Optional[np.ndarray] = None,
+                 similar: Optional[ItemIndex] = None):
         if index.ntotal != len(id_map):
             raise InputError(f"the index holds {index.ntotal} vectors but the id map {len(id_map)} ids")
         self.index, self.id_map, self.manifest = index, id_map, manifest
+        self.transform, self.similar = transform, similar
         apply_search_params(index, manifest.get("search_params", {}))
 
     metric = property(lambda self: self.manifest["metric"])
@@ -59,7 +69,14 @@ class ItemIndex:
         return int(self.index.ntotal)
 
     def search(self, queries: np.ndarray, k: int) -> Neighbours:
-        """Top-``k`` items for each query row ([B, d] or [d]); k above the catalogue size is clamped."""
+        """Top-``k`` items for each query row ([B, d] or [d]; [B, D] or [D] with a ``transform``); k above the
+        catalogue size is clamped."""
+        if self.transform is not None:
+            queries = np.asarray(queries, np.float32)
+            if queries.shape[-1] != self.transform.shape[0]:
+                raise InputError(f"queries have dimension {queries.shape[-1]}, the index's transform takes "
+                                 f"{self.transform.shape[0]}")
+            queries = queries @ self.transform
         queries = factories.prepare_vectors(queries, self.metric)
         if queries.shape[1] != self.dimension:
             raise InputError(f"queries have dimension {queries.shape[1]}, the index {self.dimension}")
@@ -76,19 +93,28 @@ class ItemIndex:
         """Writes index, id map and manifest into ``directory`` atomically (an existing one is replaced)."""
         directory = Path(directory)
         with atomic_path(directory) as tmp:
-            tmp.mkdir()
-            faiss.write_index(self.index, str(tmp / INDEX_FILE))
-            self.id_map.save(tmp / IDS_FILE)
-            write_json(tmp / MANIFEST_FILE, self.manifest)
+            self._write(tmp)
         logging.info("saved %s index of %d items to %s", self.factory, len(self), directory)
         return directory
 
+    def _write(self, directory: Path) -> None:
+        """The files of ``save`` in the new directory ``directory`` (the item-to-item index in ``similar/``)."""
+        directory.mkdir()
+        faiss.write_index(self.index, str(directory / INDEX_FILE))
+        self.id_map.save(directory / IDS_FILE)
+        if self.transform is not None:
+            np.save(directory / TRANSFORM_FILE, self.transform)
+        write_json(directory / MANIFEST_FILE, self.manifest)
+        if self.similar is not None:
+            self.similar._write(directory / SIMILAR_DIR)
+
     @classmethod
-    def load(cls, directory: PathLike, mmap: bool = False) -> ItemIndex:
+    def load(cls, directory: PathLike, mmap: bool = False, id_map: Optional[IdMap] = None) -> ItemIndex:
         """Reads a directory written by ``save``; the stored search parameters are applied. ``mmap``: map the
         index file read-only instead of copying it (``faiss.IO_FLAG_MMAP_IFC``, zero-copy), so that server
         processes on one machine share one copy in the page cache; the file must then not change in place (``save``
-        replaces the directory, which leaves a mapped old file valid)."""
+        replaces the directory, which leaves a mapped old file valid). ``id_map``: the map to use instead of reading
+        ``ids.parquet`` (the item-to-item index in ``similar/`` shares its parent's: one copy in memory)."""
         directory = Path(directory)
         if not (directory / MANIFEST_FILE).is_file():
             raise InputError("not an index directory (no manifest.json)", path=str(directory))
@@ -99,7 +125,10 @@ class ItemIndex:
         except RuntimeError as e:
             raise InputError(f"cannot read the FAISS index: {str(e).splitlines()[-1]}",
                              path=str(directory / INDEX_FILE)) from None
-        return cls(index, IdMap.load(directory / IDS_FILE), manifest)
+        id_map = IdMap.load(directory / IDS_FILE) if id_map is None else id_map
+        transform = np.load(directory / TRANSFORM_FILE) if (directory / TRANSFORM_FILE).is_file() else None
+        similar = cls.load(directory / SIMILAR_DIR, mmap, id_map) if (directory / SIMILAR_DIR).is_dir() else None
+        return cls(index, id_map, manifest, transform, similar)
 
 
 def _check_queries(vectors: VectorSource, queries: Optional[np.ndarray], metric: str, count: int,

@@ -7,6 +7,9 @@ memory, not the whole catalogue.
 The self-check queries are the user tower's embeddings of a seeded sample of training users (their stored
 histories), i.e. the queries the server will actually send; item vectors stand in only when the run has no user tower
 or no training data. The index metric is the run's (``dot`` -> inner product, ``cosine``), its model version the run's.
+
+A run whose manifest says ``item_similarity: score_correlation`` (the cold head's two blocks of item vectors) also
+gets its item-to-item index, ``index/similar/`` (``retrieval.index.similar``), from the same sample of user vectors.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import load_user_encoder
 from retrieval.index import IdMap, ItemIndex, build_index
+from retrieval.index.similar import SCORE_CORRELATION, build_similar_index
 from retrieval.index.source import ParquetVectors
 
 
@@ -47,7 +51,8 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
                     recall_k: int = 100, num_check_queries: int = 1000, seed: int = 0,
                     search_params: Optional[dict] = None, save: bool = True, encoder=None) -> ItemIndex:
     """Builds the run's item index (``retrieval.index.build_index``; raises ``IndexQualityError`` below the recall
-    floor) and, if ``save``, writes it atomically to ``<run>/index/``. ``encoder``: an already loaded user tower."""
+    floor), with its item-to-item index when the run asks for one (module docstring), and, if ``save``, writes it
+    atomically to ``<run>/index/``. ``encoder``: an already loaded user tower."""
     paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
     if not paths.manifest.is_file():
         raise InputError("not a run directory (no manifest.json)", path=str(paths.root))
@@ -64,11 +69,16 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
         if len(histories):
             queries = user_queries(encoder, histories, id_map, num_check_queries, seed,
                                    int(manifest.get("max_history") or 0) or None)
-    index = build_index(vectors, id_map, factory=factory, metric=manifest["metric"],
-                        queries=queries, recall_floor=recall_floor, recall_k=recall_k,
-                        num_check_queries=num_check_queries, search_params=search_params, seed=seed,
-                        model_version=manifest.get("version"))
+    options = {"factory": factory, "recall_floor": recall_floor, "recall_k": recall_k,
+               "num_check_queries": num_check_queries, "search_params": search_params, "seed": seed,
+               "model_version": manifest.get("version")}
+    index = build_index(vectors, id_map, metric=manifest["metric"], queries=queries, **options)
     index.manifest["run_id"] = manifest.get("run_id")
+    if manifest.get("item_similarity") == SCORE_CORRELATION:
+        if queries is None:
+            raise InputError("the run's item-to-item similarity (score correlation) needs user vectors: its user tower "
+                             "and training data", path=str(paths.root))
+        index.similar = build_similar_index(vectors, id_map, queries, **options)
     if save:
         index.save(paths.index)
     return index

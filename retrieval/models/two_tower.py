@@ -78,6 +78,14 @@ class TwoTowerModel(tfrs.Model):
         return "cosine" if normalized else "dot"
 
     @property
+    def item_similarity(self) -> str:
+        """How items compare with each other (``/v1/similar``): "vectors" (the inner product or cosine of their
+        exported vectors), or "score_correlation" with the cold head, whose warm and cold items sit in separate
+        blocks (every warm-cold inner product 0): the correlation of their scores over users
+        (``retrieval.index.similar``)."""
+        return "score_correlation" if self.item_tower is not None and self.item_tower.cold_head else "vectors"
+
+    @property
     def xla_compatible(self) -> bool:
         """Whether the training step can be XLA-compiled (the objective samples no negatives, and the targets are not
         the every-position ones, whose number varies from batch to batch)."""

@@ -140,11 +140,14 @@ class CandidateGenerator:
                            history_used=len(used[r]), unknown_history=unknown[r]) for r, (i, s) in enumerate(kept)]
 
     def similar(self, item_id: str, k: int = 10) -> Candidates:
-        """The ``k`` nearest items to ``item_id``'s own embedding in the run's item index, itself excluded."""
+        """The ``k`` nearest items to ``item_id``'s own embedding, itself excluded: in the run's item-to-item index
+        when it has one (``index/similar/``: warm and cold items compared by the correlation of their scores over
+        users, ``retrieval.index.similar``), else in its item index."""
         position = self.index.id_map.positions_of([item_id])[0]
         if position < 0:
             raise UnknownItemError(f"unknown item {item_id!r}", field="item_id")
-        neighbours = self.index.search(self.item_vectors[position], k + 1)
+        index = self.index if self.index.similar is None else self.index.similar
+        neighbours = index.search(self.item_vectors[position], k + 1)
         (indices, scores), = self._first_k(neighbours.indices, neighbours.scores,
                                            [self.index.id_map.indices[[position]]], k)
         return Candidates(self.index.id_map.ids_of(indices), scores)

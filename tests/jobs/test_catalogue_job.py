@@ -70,6 +70,13 @@ def test_every_catalogue_item_is_embedded_indexed_and_served(trained, catalogue_
     generator = CandidateGenerator.from_run(model_dir)
     neighbours = generator.similar("cold3", k=5).item_ids.tolist()
     assert len(neighbours) == 5 and "cold3" not in neighbours
+    # Warm and cold items in one item-to-item index (the cold head's blocks give every warm-cold pair 0 otherwise).
+    assert artifacts.read_json(paths.manifest)["item_similarity"] == "score_correlation"
+    assert generator.index.similar is not None and (paths.index / "similar" / "index.faiss").is_file()
+    answers = [generator.similar(f"cold{k}", k=5) for k in range(COLD)]
+    warm_ids = set(ids[warm])
+    assert any(set(answer.item_ids) & warm_ids for answer in answers)
+    assert all(np.all(answer.scores <= 1 + 1e-5) for answer in answers)  # correlations
     served = set(generator.recommend(history=["cold1", "cold2"], k=len(table)).item_ids)
     assert {"cold4", "cold5"} <= served  # cold items are candidates like any other
 
