@@ -10,7 +10,9 @@ and exactly its feature columns. A table that removes or adds more than a quarte
 refused unless ``--allow_large_change`` says it is meant. See ``retrieval.jobs.refresh`` and docs/scheduling.md (an
 hourly refresh beside a daily retrain through ``pipelines.scheduled --job_module=pipelines.refresh``). Exit codes: 0 published, 2 bad input
 (one line naming the file, column or row; nothing published or changed), 3 the index self-check or the canary
-refused (``latest`` untouched), 4 another process holds the run.
+refused (``latest`` untouched; the refused run's files are removed, its manifest and stage records kept), 4 another
+process holds the run. A refresh killed at any point is resumed by the next one with the same table (one stopped after
+moving a link is completed first, whatever the next table).
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ def main(argv: Sequence[str]) -> None:
     cli.check_arguments(argv, _RUN.run_dir, _TABLE)
     from retrieval.jobs.refresh import refresh  # TensorFlow loads after the flags are checked
 
-    outcome = refresh(_RUN.resolve(), _TABLE.value, canary=_CANARY.value,
+    _RUN.resolve()  # refused here, with the lineages there are, when it names no published run
+    # The directory whose link names the published run, not the run it names now: a refresh that a kill stopped
+    # after moving a link is completed first, and then the run to refresh from is the one it published.
+    outcome = refresh(_RUN.watched(), _TABLE.value, canary=_CANARY.value,
                       allow_large_change=_ALLOW_LARGE_CHANGE.value)
+    print("gate passed:", *outcome.checked, sep="\n  ")
     where = "latest" if outcome.latest_moved else "its lineage's latest (latest stays on another lineage)"
     print(f"published catalogue refresh {outcome.run_dir} as {where}: {outcome.items} items ({outcome.new} new, "
           f"{outcome.removed} removed, {outcome.warm} with training interactions), refreshed from "

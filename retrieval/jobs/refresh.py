@@ -17,12 +17,23 @@ item from its id (warm ids read their trained row, any other id the unknown-id r
    and metrics are hard links to the published run's (nothing retrained, so nothing else changes), the new
    ``item_embeddings.parquet`` and ``vocab/items.parquet`` describe the new catalogue, ``vocab/training_items.parquet``
    keeps the vocabulary the id tables are indexed by (for a later warm start), and the manifest names the run it
-   was refreshed from;
-4. builds the index with its recall self-check, runs the serving canary on the new run, and only then, under the
-   publish lock and only if the lineage still publishes the run it started from, points the lineage's ``latest`` at
-   it (an atomic rename): a server with hot reload picks it up at its next poll.
+   was refreshed from (``refreshed_from``) and the run that trained its towers (``trained_run``: retention keeps both,
+   ``ModelDirectory.dependencies``);
+4. builds the index with its recall self-check and runs the serving canary on the new run; then, under the publish
+   lock, its gate passes it only if both passed and the lineage still publishes the run it started from, and it is
+   published: the lineage's ``latest`` (and ``latest`` when the lineage is production's) is pointed at it (atomic
+   renames) and its manifest says ``published``. A server with hot reload picks it up at its next poll.
 
-A refused self-check or canary is ``GateError`` (exit 3) and ``latest`` stays where it was.
+Steps 2-4 are stages on the job's stage runner (``embed``, ``index``, ``canary``, ``gate``, ``publish``; a marker
+each in ``<run>/stages/``), so a refresh killed at any point is resumable: the next refresh of the same table (same
+bytes and options) resumes its run where it stopped; one of another table removes it (nothing names it). A refresh
+killed after it moved the first link (lineage link moved, ``latest`` not yet; or both moved, manifest not yet
+``published``) is completed by the next refresh whatever its table, before anything else: both links then name it and
+its manifest says ``published``.
+
+A refused self-check or canary is ``GateError`` (exit 3): ``latest`` stays where it was, and the refused run's files
+(links, vectors, index) are removed; its manifest (``rejected``, with the gate's reasons) and stage records stay,
+and retention removes them like any finished run.
 
 What a refresh does not change: the user tower, whose id vocabulary is the training run's. An item added by a
 refresh is a candidate for everyone at once, but in a request's history it is ignored (unknown id) until a retrain
@@ -31,7 +42,10 @@ knows it; catalogue items that were cold at training time count in histories thr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import hashlib
 import os
 import shutil
 import time
@@ -44,11 +58,14 @@ import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts
+from retrieval.cli import LockedError
 from retrieval.data import features, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, OOV, PAD, Vocabulary
 from retrieval.errors import GateError, InputError
+from retrieval.jobs import gate
 from retrieval.jobs.locations import new_run_id, resolve_run_dir
-from retrieval.jobs.publish import COMPLETE_MARKER, ModelDirectory
+from retrieval.jobs.publish import ModelDirectory
+from retrieval.jobs.stages import StageRunner
 
 BATCH = 8192  # items per call of the item tower
 # Share of the published catalogue a refresh may remove, and may add, unless asked (``allow_large_change``): a
@@ -57,6 +74,7 @@ MAX_CHANGE = 0.25
 LINKED_FILES = ("config.json", "metrics.json", "id_tables.npz", "data/train.parquet", "data/test.parquet",
                 "vocab/users.parquet", "vocab/item_features.json")
 LINKED_DIRS = ("user_tower", "item_tower")
+KEPT = ("manifest.json", "stages", ".lock")  # what a refused refresh keeps, and what a rerun of its embed stage keeps
 
 
 @dataclasses.dataclass
@@ -71,6 +89,8 @@ class RefreshOutcome:
     warm: int
     latest_moved: bool
     seconds: float
+    resumed: bool  # a refresh of the same table that a kill had stopped was finished
+    checked: list[str]  # what the gate compared (index self-check, canary)
 
 
 def read_table(path: str, id_column: str, specs: list[features.FeatureSpec]) -> pd.DataFrame:
@@ -133,86 +153,276 @@ def _new_run(model_dir: ModelDirectory) -> str:
     return run_id
 
 
-def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Optional[float] = None,
-            canary: bool = True, allow_large_change: bool = False) -> RefreshOutcome:
-    """Publishes a new catalogue from ``table_path`` for the published run at ``run_dir`` (module docstring);
-    ``allow_large_change``: publish a table that removes or adds more than :data:`MAX_CHANGE` of the catalogue."""
-    start = time.monotonic()
-    parent = artifacts.RunPaths(resolve_run_dir(str(run_dir)))
+def _fingerprint(path: str) -> str:
+    """SHA-256 of a file's bytes: the table a refresh run was started with, which a rerun must match to resume it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What a refresh will publish, worked out and checked before TensorFlow loads (module docstring, step 1)."""
+
+    parent: artifacts.RunPaths
+    config: dict
+    specs: list[features.FeatureSpec]
+    id_column: str
+    table: pd.DataFrame
+    training: Vocabulary
+    manifest: dict  # the new run's manifest as it starts
+    options: dict  # recall_floor, canary
+
+
+def _plan(model_dir: ModelDirectory, run_dir: str, table_path: str, recall_floor: Optional[float], canary: bool,
+          allow_large_change: bool) -> _Plan:
+    """Reads and checks the published run and the new table (every bad-input refusal of a refresh is here)."""
+    parent = artifacts.RunPaths(resolve_run_dir(run_dir))
     if not parent.item_tower.is_dir() or not parent.item_features.is_file():
         raise InputError("the run has no item tower: it was trained without an item feature table, so nothing can "
                          "embed a new item (train with data.item_features_path)", path=str(parent.root))
     manifest = artifacts.read_json(parent.manifest)
-    config = artifacts.read_json(parent.config) if parent.config.is_file() else {}
-    lineage = (manifest.get("lineage") or {}).get("name")
-    model_dir = ModelDirectory(parent.root.parent)
+    lineage = model_dir.lineage_of_run(parent.root.name)
     if lineage and model_dir.published(lineage) != parent:
         raise InputError(f"run {parent.root.name} is not the published run of lineage {lineage}: a refresh renews "
                          "what is served (give the model directory)", field="run_dir")
     id_column, specs = features.load_specs(parent.item_features)
-    table = read_table(str(table_path), id_column, specs)
+    table = read_table(table_path, id_column, specs)
     item_ids = table[id_column].astype(str).to_numpy(dtype=object)
     training = Vocabulary.load(parent.model_item_vocab)
+    counts = training.counts[training.lookup(item_ids)]  # OOV (index 1) has count 0
     warm = training.ids[NUM_RESERVED:][training.counts[NUM_RESERVED:] > 0]
-    validate.table_overlap(item_ids, warm, str(table_path), id_column, log="the model's training log")
+    validate.table_overlap(item_ids, warm, table_path, id_column, log="the model's training log")
     previous = pq.read_table(parent.item_embeddings, columns=["item_id"]).column("item_id").to_numpy(
         zero_copy_only=False).astype(object)
-    new, removed = check_change(previous, item_ids, str(table_path), allow_large_change)
-    from retrieval import export  # TensorFlow loads once the input is known to be good
-    from retrieval.index.run_index import build_run_index
-    from retrieval.serving.canary import Canary, CanaryError
-    from retrieval.serving.generator import CandidateGenerator
+    new, removed = check_change(previous, item_ids, table_path, allow_large_change)
+    identity = {"table": table_path, "table_sha256": _fingerprint(table_path), "refreshed_from": parent.root.name,
+                "allow_large_change": allow_large_change, "canary": canary, "recall_floor": recall_floor}
+    started = {key: value for key, value in manifest.items() if key not in ("gate", "stage_seconds")}
+    started.update(status="running", refreshed_from=parent.root.name, trained_run=model_dir.trained_run(
+        parent.root.name), refresh=identity, catalogue={"items": len(item_ids), "new": new, "removed": removed,
+                                                          "warm": int((counts > 0).sum()), "table": table_path})
+    config = artifacts.read_json(parent.config) if parent.config.is_file() else {}
+    return _Plan(parent, config, specs, id_column, table, training, started,
+                 {"recall_floor": recall_floor, "canary": canary})
 
-    catalogue = Vocabulary(np.concatenate([[PAD, OOV], item_ids]), np.zeros(len(item_ids) + NUM_RESERVED, np.int64))
-    arrays = features.feature_arrays(table, id_column, catalogue, specs)
-    vectors = embed(parent.item_tower, item_ids, {name: array[NUM_RESERVED:] for name, array in arrays.items()})
-    counts = training.counts[training.lookup(item_ids)]  # OOV (index 1) has count 0
 
+def _open_runs(model_dir: ModelDirectory) -> list[str]:
+    """The catalogue refreshes of ``model_dir`` that neither published nor were refused (a killed refresh's run)."""
+    runs = []
+    for path in sorted(model_dir.root.iterdir()):
+        manifest = path / "manifest.json"
+        if path.is_dir() and not path.is_symlink() and not path.name.startswith(".") and manifest.is_file():
+            recorded = artifacts.read_json(manifest)
+            if recorded.get("refreshed_from") and recorded.get("status") == "running":
+                runs.append(path.name)
+    return runs
+
+
+def _remove(model_dir: ModelDirectory, name: str) -> None:
+    """Deletes a run directory that nothing links to (renamed aside first: never seen half-deleted)."""
+    doomed = model_dir.root / f".{name}.deleting"
+    os.rename(model_dir.root / name, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _published_run(model_dir: ModelDirectory, lineage: str) -> Optional[str]:
+    published = model_dir.published(lineage)
+    return published.root.name if published is not None else None
+
+
+def _publish(model_dir: ModelDirectory, paths: artifacts.RunPaths, stages: StageRunner) -> dict:
+    """The publish stage: points the lineage's link (and ``latest`` when it is production) at the run, marks its
+    manifest published, prunes old runs. Idempotent: a rerun after a kill between its steps completes them."""
+    manifest = artifacts.read_json(paths.manifest)
+    run_id, parent = paths.root.name, manifest["refreshed_from"]
+    lineage = model_dir.lineage_of_run(run_id)
+    current = _published_run(model_dir, lineage)
+    if current not in (run_id, parent):
+        raise GateError(f"lineage {lineage} published {current} while refreshing from {parent}; refresh that one "
+                        f"(run kept at {paths.root}, latest untouched)")
+    production = model_dir.publish(run_id, lineage)
+    manifest.update(status="published", gate=stages.summary("gate"), stage_seconds=dict(stages.timings))
+    artifacts.write_json(paths.manifest, manifest)
+    removed = model_dir.retain(int((artifacts.read_json(paths.config).get("publish") or {}).get("keep_last", 5)))
+    return {"latest": run_id, "lineage": lineage, "production": production, "removed": removed}
+
+
+def _finish_interrupted(model_dir: ModelDirectory) -> None:
+    """Completes the publish stage of every refresh that a kill stopped after it moved a link (a link names the run,
+    its manifest still says running): the links then agree and the run is recorded as published. Call under the
+    publish lock; runs another process holds are left to it."""
+    for run_id in _open_runs(model_dir):
+        if run_id not in model_dir.published_runs():
+            continue
+        try:
+            with model_dir.run_lock(run_id):
+                stages = StageRunner(model_dir.run_paths(run_id))
+                stages.run("publish", functools.partial(_publish, model_dir, stages.paths, stages))
+        except LockedError:
+            continue
+        logging.warning("refresh %s had moved a link when it stopped; its publishing is now complete", run_id)
+
+
+def _clear(root: Path) -> None:
+    """Removes everything in a refresh run's directory but :data:`KEPT` (its record and its lock)."""
+    for entry in root.iterdir():
+        if entry.name in KEPT:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def _claim(model_dir: ModelDirectory, plan: _Plan, held: contextlib.ExitStack) -> tuple[str, bool]:
+    """The run this refresh works in, its run lock entered on ``held``: the unfinished refresh of the same table and
+    options when one is left (resumed: True), else a new run whose manifest is in place before anyone can see it.
+    Unfinished refreshes of other tables are removed (nothing names them). Call under the publish lock."""
+    for stale in model_dir.root.glob(".*.creating"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for run_id in _open_runs(model_dir):
+        lock = contextlib.ExitStack()
+        try:
+            lock.enter_context(model_dir.run_lock(run_id))
+        except LockedError:
+            continue
+        with lock:
+            if artifacts.read_json(model_dir.run_paths(run_id).manifest).get("refresh") == plan.manifest["refresh"]:
+                held.enter_context(lock.pop_all())
+                return run_id, True
+            logging.info("removing refresh %s: it stopped unfinished, and this refresh has another table", run_id)
+            _remove(model_dir, run_id)
     run_id = _new_run(model_dir)
-    paths = model_dir.run_paths(run_id)
-    paths.root.mkdir(parents=True)
-    print(f"run directory: {paths.root}", flush=True)
-    with model_dir.run_lock(run_id):
-        for name in LINKED_FILES:
-            _link(parent.root / name, paths.root / name)
-        for name in LINKED_DIRS:
-            _link(parent.root / name, paths.root / name)
-        training.save(paths.training_item_vocab)
-        Vocabulary(catalogue.ids, np.concatenate([[0, 0], counts])).save(paths.item_vocab)
-        export.write_item_embeddings(paths.item_embeddings, item_ids, vectors, counts > 0)
-        outcome = RefreshOutcome(str(paths.root), parent.root.name, len(item_ids), new, removed,
-                                 int((counts > 0).sum()), False, 0.0)
-        artifacts.write_json(paths.manifest, {**manifest, "run_id": run_id, "version": run_id, "status": "running",
-                                              "refreshed_from": parent.root.name,
-                                              "trained_run": model_dir.trained_run(parent.root.name),
-                                              "catalogue": {"items": outcome.items, "new": outcome.new,
-                                                            "removed": outcome.removed, "warm": outcome.warm,
-                                                            "table": str(table_path)}})
-        index_config = config.get("index", {})
-        index = build_run_index(paths, factory=index_config.get("factory", "auto"),
-                                recall_floor=recall_floor if recall_floor is not None else
-                                index_config.get("recall_floor", 0.95),
-                                recall_k=index_config.get("recall_k", 100), seed=config.get("seed", 0))
-        checked = None
-        if canary:
-            try:
-                checked = Canary()(CandidateGenerator.from_run(paths.root))
-            except CanaryError as e:
-                raise GateError(f"the serving canary refused the refreshed run: {e} (run kept at {paths.root}, "
-                                "latest untouched)") from None
-        decision = {"passed": True, "reasons": [], "refresh": {"index_self_check": index.manifest.get("self_check"),
-                                                               "canary": checked}}
+    creating = model_dir.root / f".{run_id}.creating"
+    creating.mkdir()
+    artifacts.write_json(creating / "manifest.json", {**plan.manifest, "run_id": run_id, "version": run_id})
+    os.rename(creating, model_dir.root / run_id)
+    held.enter_context(model_dir.run_lock(run_id))
+    return run_id, False
+
+
+class _RefreshRun:
+    """The stages of one refresh run (module docstring, steps 2-4), resumable: each leaves its marker."""
+
+    def __init__(self, model_dir: ModelDirectory, run_id: str, plan: _Plan):
+        self.model_dir, self.plan = model_dir, plan
+        self.paths = model_dir.run_paths(run_id)
+        self.stages = StageRunner(self.paths)
+
+    def run(self) -> dict:
+        """Runs (or resumes) every stage; returns the publish stage's summary, or raises ``GateError`` after
+        discarding a refused run (its manifest and stage records stay)."""
+        self.stages.run("embed", self._embed)
+        self.stages.run("index", self._index)
+        self.stages.run("canary", self._canary)
+        with self.model_dir.publish_lock():
+            decision = self.stages.run("gate", self._gate)
+            if decision["passed"]:
+                return self.stages.run("publish", lambda: _publish(self.model_dir, self.paths, self.stages))
+        self._discard(decision)
+        raise GateError("; ".join(decision["reasons"]) + f" (the refresh's files are removed, its record kept at "
+                                                          f"{self.paths.root}; latest untouched)")
+
+    def _embed(self) -> dict:
+        from retrieval import export
+
+        _clear(self.paths.root)  # a killed attempt's partial files
+        parent, plan = self.plan.parent, self.plan
+        for name in LINKED_FILES + LINKED_DIRS:
+            _link(parent.root / name, self.paths.root / name)
+        item_ids = plan.table[plan.id_column].astype(str).to_numpy(dtype=object)
+        catalogue = Vocabulary(np.concatenate([[PAD, OOV], item_ids]), np.zeros(len(item_ids) + NUM_RESERVED, np.int64))
+        arrays = features.feature_arrays(plan.table, plan.id_column, catalogue, plan.specs)
+        vectors = embed(parent.item_tower, item_ids, {name: array[NUM_RESERVED:] for name, array in arrays.items()})
+        counts = plan.training.counts[plan.training.lookup(item_ids)]
+        plan.training.save(self.paths.training_item_vocab)
+        Vocabulary(catalogue.ids, np.concatenate([[0, 0], counts])).save(self.paths.item_vocab)
+        export.write_item_embeddings(self.paths.item_embeddings, item_ids, vectors, counts > 0)
+        return dict(plan.manifest["catalogue"])
+
+    def _index(self) -> dict:
+        from retrieval.index.run_index import build_run_index
+        from retrieval.index.selfcheck import IndexQualityError
+
+        settings, floor = self.plan.config.get("index", {}), self.plan.options["recall_floor"]
+        try:
+            index = build_run_index(self.paths, factory=settings.get("factory", "auto"),
+                                    recall_floor=floor if floor is not None else settings.get("recall_floor", 0.95),
+                                    recall_k=settings.get("recall_k", 100), seed=self.plan.config.get("seed", 0))
+        except IndexQualityError as e:
+            return {"refused": f"the index self-check refused the refreshed catalogue: {e}"}
+        return {key: index.manifest.get(key) for key in ("factory", "count", "search_params", "self_check")}
+
+    def _canary(self) -> dict:
+        from retrieval.serving.canary import Canary, CanaryError
+        from retrieval.serving.generator import CandidateGenerator
+
+        if "refused" in self.stages.summary("index"):
+            return {"skipped": "the index was refused"}
+        if not self.plan.options["canary"]:
+            return {"skipped": "canary turned off (--canary=false)"}
+        try:
+            return Canary()(CandidateGenerator.from_run(self.paths.root))
+        except CanaryError as e:
+            return {"refused": f"the serving canary refused the refreshed run: {e}"}
+
+    def _gate(self) -> dict:
+        """The refresh's gate: the index self-check and the canary passed, and the lineage still publishes the run
+        it was refreshed from (a retrain published meanwhile: its catalogue is the newer one)."""
+        index, canary = self.stages.summary("index"), self.stages.summary("canary")
+        reasons = [summary["refused"] for summary in (index, canary) if "refused" in summary]
+        lineage, parent = self.model_dir.lineage_of_run(self.paths.root.name), self.plan.parent.root.name
+        current = _published_run(self.model_dir, lineage)
+        if current not in (parent, self.paths.root.name):
+            reasons.append(f"lineage {lineage} published {current} while refreshing from {parent}; refresh that one")
+        check = index.get("self_check") or {}
+        checked = [f"index self-check recall@{check['k']} {check['recall']:.4f} vs floor {check['floor']:.4f}"
+                   if check else "index self-check: refused", _canary_line(canary)]
+        return gate.GateDecision(not reasons, reasons, checked).as_dict()
+
+    def _discard(self, decision: dict) -> None:
+        """Removes a refused refresh's files (links, vectors, index: up to the size of the catalogue's vectors)
+        and keeps its record: the manifest, now ``rejected`` with the gate's decision, and the stage markers."""
+        _clear(self.paths.root)
+        manifest = artifacts.read_json(self.paths.manifest)
+        manifest.update(status="rejected", gate=decision, stage_seconds=dict(self.stages.timings), discarded=True)
+        artifacts.write_json(self.paths.manifest, manifest)
+
+
+def _canary_line(canary: dict) -> str:
+    """What the canary measured, in one line (a gate's ``checked`` entry)."""
+    quality = canary.get("quality") or {}
+    if "refused" in canary or "skipped" in canary:
+        return f"canary: {canary.get('refused') or canary.get('skipped')}"
+    if "skipped" in quality:
+        return f"canary passed; its quality check skipped: {quality['skipped']}"
+    return (f"canary recall@{quality['k']} {quality['recall']:.4f} vs floor {quality['floor']:.4f} on "
+            f"{quality['users']} users")
+
+
+def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Optional[float] = None,
+            canary: bool = True, allow_large_change: bool = False) -> RefreshOutcome:
+    """Publishes a new catalogue from ``table_path`` for the published run at ``run_dir`` (module docstring);
+    ``allow_large_change``: publish a table that removes or adds more than :data:`MAX_CHANGE` of the catalogue.
+    A refresh of the same table that a kill stopped is resumed; one stopped after moving a link is completed."""
+    start = time.monotonic()
+    model_dir = ModelDirectory(resolve_run_dir(str(run_dir)).parent)
+    with model_dir.publish_lock():
+        _finish_interrupted(model_dir)
+    plan = _plan(model_dir, str(run_dir), str(table_path), recall_floor, canary, allow_large_change)
+    with contextlib.ExitStack() as held:
         with model_dir.publish_lock():
-            if lineage and model_dir.published(lineage) != parent:
-                raise GateError(f"lineage {lineage} published another run while refreshing from {parent.root.name}; "
-                                f"refresh that one (run kept at {paths.root}, latest untouched)")
-            artifacts.write_json(paths.root / COMPLETE_MARKER, {"summary": decision, "seconds": 0.0})
-            outcome.latest_moved = model_dir.publish(run_id, lineage or model_dir.lineage_of_run(parent.root.name))
-            outcome.seconds = round(time.monotonic() - start, 3)
-            updated = artifacts.read_json(paths.manifest)
-            updated.update(status="published", gate=decision, stage_seconds={"refresh": outcome.seconds})
-            artifacts.write_json(paths.manifest, updated)
-            model_dir.retain(int((config.get("publish") or {}).get("keep_last", 5)))
+            run_id, resumed = _claim(model_dir, plan, held)
+        print(f"run directory: {model_dir.root / run_id}{' (resumed)' if resumed else ''}", flush=True)
+        published = _RefreshRun(model_dir, run_id, plan).run()
+    catalogue = plan.manifest["catalogue"]
+    outcome = RefreshOutcome(str(model_dir.root / run_id), plan.parent.root.name, catalogue["items"],
+                             catalogue["new"], catalogue["removed"], catalogue["warm"], published["production"],
+                             round(time.monotonic() - start, 3), resumed,
+                             artifacts.read_json(model_dir.run_paths(run_id).manifest)["gate"]["checked"])
     logging.info("catalogue refresh %s: %d items (%d new, %d removed, %d warm) in %.1f s", run_id, outcome.items,
                  outcome.new, outcome.removed, outcome.warm, outcome.seconds)
     return outcome

@@ -1,6 +1,7 @@
 """The catalogue refresh's safeguards: tables of other ids, catalogue changes too large to publish unasked,
 retention that keeps what a refresh embeds from, the canary's check of a refresh, and kills at every step."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import pandas as pd
 import pytest
 
 from retrieval import artifacts
+from retrieval.errors import GateError
 from retrieval.jobs.job import TrainingJob
+from retrieval.jobs.publish import ModelDirectory
 from tests.jobs.test_pipeline_job import make_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +111,79 @@ def test_retention_keeps_the_run_a_refresh_embeds_from(model_dir, trained):
 def write(table: pd.DataFrame, path: Path) -> str:
     table.to_csv(path, index=False)
     return str(path)
+
+
+def grown_by(table: pd.DataFrame, count: int, prefix: str = "new") -> pd.DataFrame:
+    return pd.concat([table, table.iloc[:count].assign(item_id=[f"{prefix}{k}" for k in range(count)])])
+
+
+def open_manifests(model_dir: Path) -> list[str]:
+    return [run for run in runs_of(model_dir)
+            if artifacts.read_json(model_dir / run / "manifest.json")["status"] == "running"]
+
+
+@pytest.mark.parametrize("point", ["embedded", "gate", "lineage_link", "latest_link"])
+def test_a_refresh_killed_at_any_point_is_resumed_or_completed(model_dir, trained, tmp_path, point):
+    table = grown_by(trained[1], 5)
+    table.to_csv(tmp_path / "items.csv", index=False)
+    command = [sys.executable, "-m", "tests.jobs.refresh_kill", f"--run_dir={model_dir}",
+               f"--item_features_path={tmp_path / 'items.csv'}"]
+    killed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=COMMAND_DEADLINE_S,
+                            env={**os.environ, "REFRESH_KILL_POINT": point})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    (started,) = set(runs_of(model_dir)) - {"trained"}
+    directory = ModelDirectory(model_dir)
+    if point == "lineage_link":  # the state that wedged every later refresh
+        assert directory.latest_run_id() == "trained"
+        assert directory.latest_run_id(directory.lineage_of_run("trained")) == started
+    done = subprocess.run(command[:2] + ["pipelines.refresh"] + command[3:], cwd=ROOT, capture_output=True,
+                          text=True, timeout=COMMAND_DEADLINE_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lineage = directory.lineage_of_run("trained")
+    assert directory.latest_run_id() == directory.latest_run_id(lineage) and not open_manifests(model_dir)
+    assert artifacts.read_json(model_dir / "latest" / "manifest.json")["status"] == "published"
+    gate = artifacts.read_json(model_dir / started / "stages" / "gate.json")
+    assert gate["summary"]["passed"] and "peak_rss_mb" in gate  # written by the gate stage, not forged
+    if point in ("embedded", "gate"):  # resumed: the same run, published
+        assert "(resumed)" in done.stdout and directory.latest_run_id() == started
+        assert runs_of(model_dir) == sorted(["trained", started])
+    else:  # completed first (both links, manifest), then refreshed from
+        assert artifacts.read_json(model_dir / started / "manifest.json")["status"] == "published"
+        assert artifacts.read_json(model_dir / "latest" / "manifest.json")["refreshed_from"] == started
+
+
+def test_a_killed_refresh_of_another_table_is_removed(model_dir, trained, tmp_path):
+    grown_by(trained[1], 5).to_csv(tmp_path / "first.csv", index=False)
+    killed = subprocess.run([sys.executable, "-m", "tests.jobs.refresh_kill", f"--run_dir={model_dir}",
+                             f"--item_features_path={tmp_path / 'first.csv'}"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=COMMAND_DEADLINE_S, env={**os.environ, "REFRESH_KILL_POINT": "embedded"})
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    (abandoned,) = set(runs_of(model_dir)) - {"trained"}
+    done = run_refresh(model_dir, grown_by(trained[1], 3, prefix="other"), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert abandoned not in runs_of(model_dir) and len(runs_of(model_dir)) == 2
+
+
+def test_a_refused_refresh_keeps_only_its_record(model_dir, trained, monkeypatch):
+    from retrieval.jobs.refresh import refresh
+    from retrieval.serving import canary
+
+    def refuse(self, generator):
+        raise canary.CanaryError("the user tower returns non-finite vectors for 3 of 300 sample users")
+
+    monkeypatch.setattr(canary.Canary, "__call__", refuse)
+    with pytest.raises(GateError, match="the serving canary refused the refreshed run: the user tower returns non-"):
+        refresh(model_dir, write(grown_by(trained[1], 5), model_dir.parent / "items.csv"))
+    (refused,) = set(runs_of(model_dir)) - {"trained"}
+    assert sorted(path.name for path in (model_dir / refused).iterdir()) == [".lock", "manifest.json", "stages"]
+    manifest = artifacts.read_json(model_dir / refused / "manifest.json")
+    assert manifest["status"] == "rejected" and not manifest["gate"]["passed"]
+    directory = ModelDirectory(model_dir)
+    assert directory.latest_run_id() == "trained" and refused in directory.finished_runs()  # retention may remove it
+
+
+def test_a_catalogue_too_small_for_the_canary_says_so(model_dir, trained, tmp_path):
+    done = run_refresh(model_dir, trained[1].iloc[:20], tmp_path, "--allow_large_change")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("canary passed; its quality check skipped: 20 catalogue items are too few for a recall@20 check: random "
+            "answers would find about 100% of the held-out items (at least 80 items needed)") in done.stdout
