@@ -6,7 +6,7 @@ embeds every row of the table with the published run's item tower (new and chang
 from the table leave the catalogue), builds and self-checks the index, runs the serving canary, and publishes a new
 run of the same lineage (``latest`` moves atomically; a server with hot reload serves it at its next poll). The run
 must have been trained with an item feature table (``data.item_features_path``); the new table has its id column
-and exactly its feature columns. A table that removes or adds more than a quarter of the published catalogue is
+and its feature columns (other columns are not read). A table that removes or adds more than a quarter of the published catalogue is
 refused unless ``--allow_large_change`` says it is meant. See ``retrieval.jobs.refresh`` and docs/scheduling.md (an
 hourly refresh beside a daily retrain through ``pipelines.scheduled --job_module=pipelines.refresh``). Exit codes: 0 published, 2 bad input
 (one line naming the file, column or row; nothing published or changed), 3 the index self-check or the canary
@@ -25,7 +25,7 @@ from retrieval import cli
 
 _RUN = cli.RunDirFlags("refresh (the published run of its lineage)")
 _TABLE = flags.DEFINE_string("item_features_path", None, "The new catalogue: an item feature table (csv, tsv, "
-                             "parquet) with the trained id and feature columns, one row per item to serve.")
+                             "parquet) with the trained id and feature columns (others are not read), one row per item to serve.")
 _CANARY = flags.DEFINE_boolean("canary", True, "Run the serving canary on the new run before publishing it.")
 _ALLOW_LARGE_CHANGE = flags.DEFINE_boolean(
     "allow_large_change", False, "Publish a table that removes or adds more than a quarter of the published "

@@ -4,9 +4,9 @@ The item tower of a run with item features is exported (``<run>/item_tower/``, `
 item from its id (warm ids read their trained row, any other id the unknown-id row) and its coded features. A refresh
 
 1. reads the published run (the model directory's ``latest`` or a lineage's, or a run directory) and the new table:
-   the id column and exactly the feature columns the model was trained with (``vocab/item_features.json``); a
-   missing id or feature column, a duplicate id, a text cell over ``features.MAX_TEXT_CHARS``, a column the model
-   was not trained with, ids that share too little with the items the model was trained on
+   the id column and the feature columns the model was trained with (``vocab/item_features.json``; other columns
+   are not read, as in training); a missing id or feature column, a duplicate id, a non-numeric value of a numeric
+   feature, a text cell over ``features.MAX_TEXT_CHARS``, ids that share too little with the items the model was trained on
    (``validate.table_overlap``: another id column or scheme), or a table that removes or adds more than
    :data:`MAX_CHANGE` of the published catalogue without ``allow_large_change`` is bad input (exit 2) and nothing is
    written;
@@ -94,13 +94,10 @@ class RefreshOutcome:
 
 
 def read_table(path: str, id_column: str, specs: list[features.FeatureSpec]) -> pd.DataFrame:
-    """The new catalogue table with the trained feature columns, checked (module docstring, step 1)."""
+    """The new catalogue table's id column and trained feature columns, checked (module docstring, step 1). Other
+    columns are not read, as training reads only the declared ones: the dump a run was trained on refreshes it."""
     kinds = {spec.name: spec.kind for spec in specs}
-    table = readers.read_features(path, id_column, kinds=kinds)
-    extra = [column for column in table.columns if column != id_column and column not in kinds]
-    if extra:
-        raise InputError(f"column(s) {extra} were not features of the trained model (it was trained with "
-                         f"{sorted(kinds)}); drop them or retrain with them", path=path, column=extra[0])
+    table = readers.read_features(path, id_column, kinds=kinds, columns=list(kinds))
     if table.empty:
         raise InputError("the catalogue table has no rows", path=path)
     return table

@@ -187,3 +187,12 @@ def test_a_catalogue_too_small_for_the_canary_says_so(model_dir, trained, tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert ("canary passed; its quality check skipped: 20 catalogue items are too few for a recall@20 check: random "
             "answers would find about 100% of the held-out items (at least 80 items needed)") in done.stdout
+
+
+def test_the_dump_training_read_refreshes_its_run(model_dir, trained, tmp_path):
+    """The daily dump with a column training was not told about (a url): training read it, so refresh does."""
+    table = trained[1]
+    dump = table.assign(url=[f"https://shop.example/{item}" for item in table["item_id"]])
+    done = run_refresh(model_dir, grown_by(dump, 4), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{len(table) + 4} items (4 new, 0 removed" in done.stdout
