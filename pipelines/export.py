@@ -25,7 +25,7 @@ from retrieval.errors import InputError
 from retrieval.jobs import locations
 
 PUBLISHED = "published"  # the manifest status of a run the gate passed and publish made live (retrieval.jobs.job)
-MAX_VERSION = 2**63 - 1  # TF Serving reads a version folder's name as an int64
+MAX_VERSION = 2**63 - 1  # TF Serving reads a version folder's name as an int64 (retrieval.export.MAX_VERSION)
 
 _RUN = cli.RunDirFlags("export")
 _BASE_DIR = flags.DEFINE_string("base_dir", None, "Folder holding one model base path per model name.")

@@ -251,9 +251,19 @@ def write_word2vec(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray,
             f.write(item.encode() + b" " + body + b"\n")
 
 
+MAX_VERSION = 2**63 - 1  # TF Serving and KServe read a version folder's name as an int64
+
+
 def _next_version(model_base: Path) -> int:
+    """One more than the highest integer version in ``model_base`` (1 when there is none); ``InputError`` when that
+    is beyond :data:`MAX_VERSION`, which the model servers could not read."""
     versions = [int(p.name) for p in model_base.iterdir() if p.name.isdigit()] if model_base.is_dir() else []
-    return max(versions, default=0) + 1
+    highest = max(versions, default=0)
+    if highest >= MAX_VERSION:
+        raise InputError(f"the highest version there, {highest}, leaves no next one within int64 (at most "
+                         f"{MAX_VERSION}, what TF Serving reads); pass --version with a free number below it, or "
+                         "export under another --name", path=str(model_base))
+    return highest + 1
 
 
 def tf_serving_dir(run_dir: PathLike, base_dir: PathLike, name: str, version: Optional[int] = None) -> Path:
