@@ -225,6 +225,11 @@ def _remove(model_dir: ModelDirectory, name: str) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def _stage_seconds(stages: StageRunner) -> dict:
+    """Each stage's seconds, and their sum as ``refresh`` (what the manifest of a refresh has always reported)."""
+    return {**stages.timings, "refresh": round(sum(stages.timings.values()), 3)}
+
+
 def _published_run(model_dir: ModelDirectory, lineage: str) -> Optional[str]:
     published = model_dir.published(lineage)
     return published.root.name if published is not None else None
@@ -241,7 +246,7 @@ def _publish(model_dir: ModelDirectory, paths: artifacts.RunPaths, stages: Stage
         raise GateError(f"lineage {lineage} published {current} while refreshing from {parent}; refresh that one "
                         f"(run kept at {paths.root}, latest untouched)")
     production = model_dir.publish(run_id, lineage)
-    manifest.update(status="published", gate=stages.summary("gate"), stage_seconds=dict(stages.timings))
+    manifest.update(status="published", gate=stages.summary("gate"), stage_seconds=_stage_seconds(stages))
     artifacts.write_json(paths.manifest, manifest)
     removed = model_dir.retain(int((artifacts.read_json(paths.config).get("publish") or {}).get("keep_last", 5)))
     return {"latest": run_id, "lineage": lineage, "production": production, "removed": removed}
@@ -385,7 +390,7 @@ class _RefreshRun:
         and keeps its record: the manifest, now ``rejected`` with the gate's decision, and the stage markers."""
         _clear(self.paths.root)
         manifest = artifacts.read_json(self.paths.manifest)
-        manifest.update(status="rejected", gate=decision, stage_seconds=dict(self.stages.timings), discarded=True)
+        manifest.update(status="rejected", gate=decision, stage_seconds=_stage_seconds(self.stages), discarded=True)
         artifacts.write_json(self.paths.manifest, manifest)
 
 
