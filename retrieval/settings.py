@@ -92,6 +92,12 @@ TRAIN = Section("train", (
         "Set data held in memory: each user's top N unseen items under the run's RP3beta (its parameters tuned on the "
         "automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training targets, "
         "their histories the user's own items (retrieval.jobs.teacher). 0: no teacher."),
+    Key("time_budget_s", 0.0, number(0, 7 * 86_400),
+        "Seconds the whole run should take (0: no budget, train.epochs epochs): the baselines are tuned before training "
+        "and the rest of the run is estimated, then training measures its first epoch and takes as many epochs as the "
+        "time left holds (at most train.epochs; the cosine spans them; early stopping still ends it sooner), keeping "
+        "room for the refit (retrieval/jobs/budget.py). A target, not a guarantee: the estimates are a 2-core "
+        "machine's."),
     Key("large_catalogue_items", 0, integer(0, COUNT),
         "From this many catalogue items on (0: never), the run trains on the large-catalogue schedule: the keys under "
         "train.large_catalogue replace their train.* namesakes (logged, recorded in the train stage's summary). "
@@ -103,6 +109,7 @@ TRAIN = Section("train", (
     Key("large_catalogue.min_learning_rate_ratio", 0.1, number(0, 1)),
     Key("large_catalogue.eval_max_users", 10_000, integer(0, COUNT)),
     Key("large_catalogue.refit_epochs", 2, integer(0, MAX_EPOCHS)),
+    Key("large_catalogue.time_budget_s", 900.0, number(0, 7 * 86_400)),
     Key("eval_metric_name", "val_recall", text(nonempty=True),
         "Name under which the validation metric is logged (Keras logs, TensorBoard)."),
     Key("eval_k", 20, integer(1, MAX_K),

@@ -31,7 +31,7 @@ from absl import logging
 from tensorflow.core.framework import summary_pb2
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval import checkpoints, distributed, parameter_server
+from retrieval import artifacts, checkpoints, distributed, parameter_server
 from retrieval.artifacts import PathLike
 from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
@@ -39,6 +39,8 @@ from retrieval.models.two_tower import TwoTowerModel
 from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad
 from retrieval.resumable_stopping import ResumableEarlyStopping
 from retrieval.settings import SPARSE_UPDATES_MIN_ROWS, TRAIN, default_train_config  # noqa: F401
+
+PLAN_RECORD = "planned_epochs.json"  # in a phase's checkpoint directory: the epoch count a time budget set
 
 
 @dataclasses.dataclass
@@ -176,15 +178,67 @@ class StopAtStep(_StepCallback):
 
 class EvaluateCallback(tf.keras.callbacks.Callback):
     """Calls ``evaluate_fn()`` every ``every_epochs`` epochs and adds the value to the epoch logs as ``name`` (so
-    EarlyStopping, TensorBoard and the history see it)."""
+    EarlyStopping, TensorBoard and the history see it); ``seconds``: the last evaluation's wall time."""
 
     def __init__(self, evaluate_fn: Callable[[], float], name: str, every_epochs: int = 1):
         super().__init__()
         self.evaluate_fn, self.name, self.every_epochs = evaluate_fn, name, max(int(every_epochs), 1)
+        self.seconds = 0.0
 
     def on_epoch_end(self, epoch, logs=None):
         if (epoch + 1) % self.every_epochs == 0 and logs is not None:
+            start = time.perf_counter()
             logs[self.name] = float(self.evaluate_fn())  # logged on the epoch's progress line
+            self.seconds = time.perf_counter() - start
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochTime:
+    """The first epoch's wall time (``seconds``, its validation included) and its validation's alone."""
+
+    seconds: float
+    validation_seconds: float = 0.0
+
+    @property
+    def training_seconds(self) -> float:
+        return max(self.seconds - self.validation_seconds, 0.0)
+
+
+class PlanEpochs(tf.keras.callbacks.Callback):
+    """Sets the run's length after its first epoch: ``plan(EpochTime)`` gives the epoch count (clamped to
+    [1, ``cap``]); the cosine's length (``decay_steps``, a variable the schedule reads every step), the stop and the
+    progress lines follow it, and ``record`` keeps the decision so that a resumed run trains to the same length
+    (``fit``). Must run after the validation (``EvaluateCallback``) and before the progress line of the epoch."""
+
+    def __init__(self, plan: Callable[[EpochTime], int], cap: int, steps_per_epoch: int, warmup_steps: int,
+                 decay_steps: tf.Variable, record: Optional[Path], dependents: list,
+                 evaluation: Optional[EvaluateCallback] = None):
+        super().__init__()
+        self.plan, self.cap, self.steps_per_epoch, self.warmup_steps = plan, cap, steps_per_epoch, warmup_steps
+        self.decay_steps, self.record, self.dependents, self.evaluation = decay_steps, record, dependents, evaluation
+        self.epochs: Optional[int] = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.epochs is None:
+            self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.epochs is not None:
+            return
+        seconds = time.perf_counter() - self._start
+        measured = EpochTime(seconds, self.evaluation.seconds if self.evaluation is not None else 0.0)
+        self.epochs = min(max(int(self.plan(measured)), epoch + 1), self.cap)
+        total_steps = self.epochs * self.steps_per_epoch
+        self.decay_steps.assign(float(max(total_steps - self.warmup_steps, 1)))
+        for callback in self.dependents:  # StopAtStep, ProgressLogger
+            callback.total_steps = total_steps
+            if hasattr(callback, "epochs"):
+                callback.epochs = self.epochs
+        if self.epochs == epoch + 1:  # this epoch was the last (StopAtStep only looks at the end of a batch)
+            self.model.stop_training = True
+        if self.record is not None:
+            artifacts.write_json(self.record, {"epochs": self.epochs, "first_epoch_seconds": measured.seconds,
+                                               "validation_seconds": measured.validation_seconds})
 
 
 class CheckpointEvery(_StepCallback):
@@ -204,15 +258,17 @@ class CheckpointEvery(_StepCallback):
         self.manager.save(checkpoint_number=self.step)
 
 
-def learning_rate(config: ml_collections.ConfigDict, total_steps: int):
+def learning_rate(config: ml_collections.ConfigDict, total_steps: int, decay_steps: Optional[tf.Variable] = None):
     """The learning rate or schedule: linear warmup to ``learning_rate``, then constant or cosine decay
-    (Loshchilov & Hutter 2017, SGDR eq. 5 without restarts)."""
+    (Loshchilov & Hutter 2017, SGDR eq. 5 without restarts). ``decay_steps``: a variable holding the cosine's length
+    (``total_steps`` minus the warmup), for a run whose length is set once training has started (``PlanEpochs``)."""
     warmup = max(int(config.warmup_steps), 0)
     if config.schedule == "constant" and warmup == 0:
         return float(config.learning_rate)
     alpha = 1.0 if config.schedule == "constant" else float(config.min_learning_rate_ratio)
     return tf.keras.optimizers.schedules.CosineDecay(
-        0.0 if warmup else float(config.learning_rate), decay_steps=max(total_steps - warmup, 1), alpha=alpha,
+        0.0 if warmup else float(config.learning_rate),
+        decay_steps=max(total_steps - warmup, 1) if decay_steps is None else decay_steps, alpha=alpha,
         warmup_target=float(config.learning_rate) if warmup else None, warmup_steps=warmup)
 
 
@@ -222,14 +278,14 @@ def learning_rate_at(config: ml_collections.ConfigDict, total_steps: int, step: 
     return float(schedule(step)) if callable(schedule) else schedule
 
 
-def make_optimizer(config: ml_collections.ConfigDict, total_steps: int,
-                   sparse: bool = False) -> tf.keras.optimizers.Optimizer:
-    """Adam, Adagrad or row-wise Adagrad with the schedule and the decoupled weight decay of ``config``; with
-    ``sparse``, their lazy versions (``retrieval.optimizers``: embedding tables update only the looked-up rows;
-    ``use_sparse_updates``)."""
+def make_optimizer(config: ml_collections.ConfigDict, total_steps: int, sparse: bool = False,
+                   decay_steps: Optional[tf.Variable] = None) -> tf.keras.optimizers.Optimizer:
+    """Adam, Adagrad or row-wise Adagrad with the schedule (``learning_rate``) and the decoupled weight decay of
+    ``config``; with ``sparse``, their lazy versions (``retrieval.optimizers``: embedding tables update only the
+    looked-up rows; ``use_sparse_updates``)."""
     kinds = {"adam": (tf.keras.optimizers.Adam, LazyAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad),
              "rowwise_adagrad": (RowwiseAdagrad, LazyRowwiseAdagrad)}
-    optimizer = kinds[config.optimizer][int(sparse)](learning_rate(config, total_steps),
+    optimizer = kinds[config.optimizer][int(sparse)](learning_rate(config, total_steps, decay_steps),
                                                      weight_decay=config.weight_decay or None)
     if config.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=["bias"])
@@ -298,7 +354,8 @@ def build_variables(model: TwoTowerModel, examples: Examples) -> None:
 def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigDict, *,
         checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
         evaluate_fn: Optional[Callable[[], float]] = None,
-        validation_examples: Optional[Mapping[str, np.ndarray]] = None) -> FitResult:
+        validation_examples: Optional[Mapping[str, np.ndarray]] = None,
+        plan_epochs: Optional[Callable[[EpochTime], int]] = None) -> FitResult:
     """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``), set examples
     (``retrieval.data.set_examples.SetExamples``) or streamed example shards (``retrieval.data.shards``), resuming
     from the latest checkpoint in ``checkpoint_dir`` if there is one.
@@ -313,6 +370,9 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
       evaluate_fn: ``() -> float``, a validation metric (higher is better, e.g. full-corpus recall@k of the
         current weights), logged as ``config.eval_metric_name`` and used for early stopping.
       validation_examples: optional held-out examples whose loss is logged as ``val_loss`` each epoch.
+      plan_epochs: ``EpochTime -> int``: the epoch count, set from the first epoch's measured time (a time budget,
+        ``retrieval.jobs.budget``), at most ``config.epochs``; the cosine spans it (``PlanEpochs``). The decision is
+        kept in ``checkpoint_dir`` (:data:`PLAN_RECORD`), and a resumed run trains to it.
 
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
@@ -327,11 +387,19 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         raise InputError("validation_examples (val_loss) are not supported by strategy 'parameter_server'; "
                          "use evaluate_fn", field="train")
     steps_per_epoch = math.ceil(num_examples / config.batch_size)
-    total_steps = config.epochs * steps_per_epoch
+    epochs, decay_steps = config.epochs, None
+    record = Path(checkpoint_dir) / PLAN_RECORD if checkpoint_dir is not None else None
+    if plan_epochs is not None and record is not None and record.exists():  # decided by an earlier attempt
+        epochs, plan_epochs = int(artifacts.read_json(record)["epochs"]), None
+    total_steps = epochs * steps_per_epoch
+    if plan_epochs is not None:
+        if parameter_server.uses_coordinator(strategy):
+            raise InputError("a time budget is not supported by strategy 'parameter_server'", field="train.strategy")
+        decay_steps = tf.Variable(float(max(total_steps - max(int(config.warmup_steps), 0), 1)), trainable=False)
     jit_compile = use_jit_compile(config, model)
     logging.info("training step %s", "XLA-compiled" if jit_compile else "not XLA-compiled")
     with strategy.scope():
-        model.compile(optimizer=make_optimizer(config, total_steps, use_sparse_updates(config, model)),
+        model.compile(optimizer=make_optimizer(config, total_steps, use_sparse_updates(config, model), decay_steps),
                       jit_compile=jit_compile)
     build_variables(model, examples)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
@@ -353,16 +421,24 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
             return examples.to_dataset(config.batch_size, shuffle=True, seed=config.seed, repeat=True).skip(step)
 
         log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
-        callbacks = [StopAtStep(total_steps)]
+        stop = StopAtStep(total_steps)
+        callbacks = [stop]
         if parameter_server.uses_coordinator(strategy):
             dataset = parameter_server.per_worker_dataset(stream, strategy)
             timeout_s = config.ps_timeout_s
             callbacks.insert(0, parameter_server.Synchronize(strategy, timeout_s))
         else:
             dataset = stream()
-        early = None
+        early, evaluation = None, None
         if evaluate_fn is not None:
-            callbacks.append(EvaluateCallback(evaluate_fn, config.eval_metric_name, config.eval_every_epochs))
+            evaluation = EvaluateCallback(evaluate_fn, config.eval_metric_name, config.eval_every_epochs)
+            callbacks.append(evaluation)
+        planner = None
+        if plan_epochs is not None:
+            planner = PlanEpochs(plan_epochs, config.epochs, steps_per_epoch, max(int(config.warmup_steps), 0),
+                                 decay_steps, record, [stop], evaluation)
+            callbacks.append(planner)
+        if evaluate_fn is not None:
             if config.early_stopping_patience > 0 and manager is not None:  # its state resumes with the run
                 early = ResumableEarlyStopping(config.eval_metric_name, config.early_stopping_patience,
                                                Path(manager.directory), manager, step // steps_per_epoch)
@@ -372,8 +448,11 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
                                                          patience=config.early_stopping_patience,
                                                          restore_best_weights=True)
                 callbacks.append(early)
-        callbacks.append(ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir,
-                                        steps_per_epoch, early))
+        progress = ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir, steps_per_epoch,
+                                  early)
+        callbacks.append(progress)
+        if planner is not None:
+            planner.dependents.append(progress)
         if manager is not None:
             callbacks.append(CheckpointEvery(manager, config.checkpoint_every_steps))  # last: saves restored weights
         validation, validation_steps = None, None
@@ -388,6 +467,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
                             initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,
                             validation_steps=validation_steps,
                             verbose=0)
+        if planner is not None and planner.epochs is not None:
+            total_steps = planner.epochs * steps_per_epoch
         best = None if early is None or not np.isfinite(early.best) else float(early.best)
         scores = history.history.get(config.eval_metric_name)
         best_epoch = (step // steps_per_epoch + config.eval_every_epochs * (int(np.argmax(scores)) + 1)

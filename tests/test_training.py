@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from retrieval import training
+from retrieval import artifacts, training
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import build_model, default_config, layers
@@ -244,3 +244,50 @@ def test_the_epoch_line_has_real_totals_the_best_and_an_eta_bounded_by_patience(
     assert line == ("epoch 3/40  loss 5.3295  val_recall 0.2747  best 0.2793 at epoch 2  ETA 0m48s; stops by epoch 10 "
                     "unless it improves")  # 7 epochs of 138 steps at 0.05 s
     assert training.progress_line(39, 40, {"epoch_loss": 1.0}, None, 0.05, 138) == "epoch 39/40  loss 1.0000  ETA 0m07s"
+
+
+def test_a_planned_run_trains_the_planned_epochs_on_a_cosine_of_their_length_and_resumes_to_them(data, tmp_path):
+    """plan_epochs (a time budget) sets the length after the first epoch: the run stops there, its learning rate
+    from then on is the cosine of the planned length (not of the cap), and a rerun reads the decision back."""
+    items, users, examples = data
+    config = train_config(epochs=5, min_learning_rate_ratio=0.0, steps_per_execution=1)
+    seen, rates = [], []
+
+    class Rates(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            optimizer = self.model.optimizer
+            rates.append((int(optimizer.iterations.numpy()), float(tf.keras.backend.get_value(optimizer.learning_rate))))
+
+    def plan(measured):
+        seen.append(measured)
+        return 2
+
+    model = build_model(model_config(), items, users)
+    with mock.patch.object(training, "CheckpointEvery", side_effect=lambda *a: Rates()):
+        result = training.fit(model, examples, config, checkpoint_dir=tmp_path, evaluate_fn=lambda: 0.5,
+                              plan_epochs=plan)
+    assert result.step == 2 * 6 and len(seen) == 1
+    assert seen[0].seconds >= seen[0].validation_seconds > 0
+    assert [step for step, _ in rates] == list(range(1, 13))
+    # The first epoch ran on the cap's cosine (the plan comes at its end), the rest on the planned one; the optimizer
+    # reports the rate its last update used, the schedule's at the step before.
+    expected = [training.learning_rate_at(config, 30, step - 1) if step <= 6 else
+                training.learning_rate_at(train_config(epochs=2), 12, step - 1) for step, _ in rates]
+    assert [rate for _, rate in rates] == pytest.approx(expected, rel=1e-4, abs=1e-7)
+    assert result.best_epoch == 1  # a constant metric: the first epoch stays the best
+    assert result.best_learning_rate == pytest.approx(training.learning_rate_at(train_config(epochs=2), 12, 6))
+    assert artifacts.read_json(tmp_path / training.PLAN_RECORD)["epochs"] == 2
+    checkpointed = tmp_path / "checkpointed"  # (the run above kept no checkpoint: its saver was the rate probe)
+    training.fit(build_model(model_config(), items, users), examples, config, checkpoint_dir=checkpointed,
+                 plan_epochs=lambda _: 2)
+    again = build_model(model_config(), items, users)
+    resumed = training.fit(again, examples, config, checkpoint_dir=checkpointed, plan_epochs=lambda _: 5)
+    assert resumed.history == {} and resumed.step == 12  # complete at the recorded length, not re-planned to 5
+
+
+def test_the_plan_is_clamped_to_the_cap_and_to_the_epochs_done(data):
+    items, users, examples = data
+    for planned, expected in ((9, 3), (0, 1)):
+        model = build_model(model_config(), items, users)
+        result = training.fit(model, examples, train_config(epochs=3), plan_epochs=lambda _, e=planned: e)
+        assert result.step == expected * 6

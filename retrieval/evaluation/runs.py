@@ -143,6 +143,16 @@ def tuned_params(run_dir, name: str, catalogue: np.ndarray) -> dict:
     return dict(tuned[name].params) if name in tuned else dict(baselines_lib.BASELINES[name].defaults)
 
 
+def tune_baselines(run_dir, catalogue: np.ndarray) -> tuple[list[str], dict]:
+    """Tunes the run's baselines now (kept for the evaluation, see :func:`_tune_baselines`): the names the
+    evaluation will fit (``eval.baselines`` within ``eval.baseline_memory_mb``) and the tuned parameters by name."""
+    settings = _settings(run_dir)
+    tuned, _ = _tune_baselines(artifacts.RunPaths(run_dir), catalogue, None, settings)
+    names = [name for name in settings["baselines"]
+             if baselines_lib.skip_reason(name, len(catalogue), settings["baseline_memory_mb"]) is None]
+    return names, {name: dict(result.params) for name, result in tuned.items()}
+
+
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
                  exclude_train: Optional[bool] = None, baselines: Optional[Sequence[str]] = None,
                  n_bootstrap: Optional[int] = None, seed: Optional[int] = None, ann_index_path: Optional[str] = None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -32,7 +33,7 @@ from retrieval import artifacts
 from retrieval.data import handoff, prepare
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import GateError
-from retrieval.jobs import config_checks, evaluable, gate, identity, provenance, tuning
+from retrieval.jobs import budget, config_checks, evaluable, gate, identity, provenance, tuning
 from retrieval.jobs import warm_start as warm_start_lib
 from retrieval.jobs.locations import new_run_id
 from retrieval.jobs.publish import ModelDirectory
@@ -63,12 +64,14 @@ class TrainingJob:
         self.force = force
         self.stages = StageRunner(self.paths)
         self._trained = None  # the train stage's model (or Item2Vec vectors) when it ran in this process
+        self._started = time.monotonic()
         self.model_type = config.model_type
 
     # ------------------------------------------------------------------ orchestration
     def run(self, on_prepared: Optional[Callable[[Path], None]] = None) -> Outcome:
         """Runs (or resumes) every stage; ``on_prepared`` is called with the run directory once the data is prepared
         and found evaluable (``evaluable``): from then on a failure leaves a run worth naming."""
+        self._started = time.monotonic()  # train.time_budget_s counts from here
         self.paths.root.mkdir(parents=True, exist_ok=True)
         with self.model_dir.run_lock(self.run_id):
             run_identity = identity.RunIdentity.of(self.config)
@@ -142,18 +145,27 @@ class TrainingJob:
     def _vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
 
-    def _training_run(self) -> tuning.TrainingRun:
-        """What training reads, with the schedule for the size of the catalogue (``tuning.for_catalogue``)."""
+    def _training_run(self, budgeted: bool = False) -> tuning.TrainingRun:
+        """What training reads, with the schedule for the size of the catalogue (``tuning.for_catalogue``);
+        ``budgeted``: with the run's time budget (``train.time_budget_s``), for which the baselines are tuned now."""
         prepared = handoff.PreparedData.from_summary(self.stages.summary("prepare"))
-        config, schedule = tuning.for_catalogue(self.config, self._vocabularies()[0].size - NUM_RESERVED)
-        return tuning.TrainingRun(config, self.paths, prepared, self._warm_start_source(), schedule)
+        item_vocab = self._vocabularies()[0]
+        config, schedule = tuning.for_catalogue(self.config, item_vocab.size - NUM_RESERVED)
+        time_budget = None
+        if budgeted and config.train.time_budget_s > 0:
+            from retrieval.evaluation import runs
+
+            names, tuned = runs.tune_baselines(self.paths.root, item_vocab.ids)
+            time_budget = budget.for_run(self._started + config.train.time_budget_s, self.paths, names, tuned,
+                                         item_vocab.size - NUM_RESERVED)
+        return tuning.TrainingRun(config, self.paths, prepared, self._warm_start_source(), schedule, time_budget)
 
     def _train(self) -> dict:
         """Item2Vec's vectors, or the two-tower model of ``tuning.train`` (tune on the holdout, then refit)."""
         if self.model_type == "item2vec":
             self._trained = self._item2vec_vectors()
             return {"vectors": list(self._trained.shape)}
-        run = self._training_run()
+        run = self._training_run(budgeted=True)
         if run.schedule:
             logging.info("training on the schedule of a %s", run.schedule)
         self._trained, summary = tuning.train(run)

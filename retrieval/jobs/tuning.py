@@ -29,6 +29,7 @@ from absl import logging
 from retrieval import artifacts
 from retrieval.data import handoff, prepare
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
+from retrieval.jobs import budget as budget_lib
 from retrieval.jobs import config_checks, teacher
 from retrieval.jobs import warm_start as warm_start_lib
 
@@ -48,6 +49,7 @@ class TrainingRun:
     data: handoff.PreparedData
     warm_start: Optional[artifacts.RunPaths] = None
     schedule: Optional[str] = None  # what for_catalogue changed in config.train, if anything
+    budget: Optional[budget_lib.TimeBudget] = None  # train.time_budget_s: the epochs set from the measured epoch
 
     def vocabularies(self) -> tuple[Vocabulary, Vocabulary]:
         return Vocabulary.load(self.paths.item_vocab), Vocabulary.load(self.paths.user_vocab)
@@ -171,9 +173,14 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
         training.build_variables(model, examples)  # the id tables must exist before rows are copied in
         warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, run.warm_start)
     evaluate_fn = None if phase == "refit" else validation_fn(run, model, item_vocab, user_vocab, tuning)
+    plan_epochs = None
+    if run.budget is not None and phase != "refit":  # the refit's length follows the tuning's
+        plan_epochs = budget_lib.plan(run.budget, phase, train_config.epochs, refit=c.train.refit,
+                                      refit_epochs=c.train.refit_epochs,
+                                      refit_scale=1.0 / max(1.0 - c.train.validation_fraction, 1e-6))
     result = training.fit(model, examples, train_config, checkpoint_dir=checkpoints,
                           tensorboard_dir=paths.tensorboard / "tuning" if tuning else paths.tensorboard,
-                          evaluate_fn=evaluate_fn)
+                          evaluate_fn=evaluate_fn, plan_epochs=plan_epochs)
     return model, result
 
 

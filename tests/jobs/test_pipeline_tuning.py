@@ -80,7 +80,7 @@ def test_the_large_catalogue_schedule_replaces_its_namesakes_from_its_size_on(lo
     effective, note = tuning.for_catalogue(config, 100)
     large = config.train.large_catalogue
     assert sorted(large) == ["early_stopping_patience", "epochs", "eval_max_users", "min_learning_rate_ratio",
-                             "refit_epochs"]
+                             "refit_epochs", "time_budget_s"]
     assert {key: effective.train[key] for key in large} == large.to_dict()
     assert effective.train.epochs == 12 != config.train.epochs == 6  # the given config is left as it was
     assert note.startswith("large catalogue (100 items >= train.large_catalogue_items 100): train.")
@@ -136,3 +136,29 @@ def test_the_tuning_record_keeps_the_schedules_learning_rate_at_the_best_epoch(l
     assert tuned["best_learning_rate"] == expected > 0
     examples = job.stages.summary("prepare")["examples"]["count"]
     assert len(summary["history"]["loss"]) == 2 and summary["steps"] == 2 * math.ceil(examples / 256)
+
+
+def test_a_time_budget_tunes_the_baselines_first_and_sets_the_epochs_from_the_first_one(log_path, tmp_path):
+    """train.time_budget_s: the baselines are tuned before training (their record is there when training starts),
+    and the tuning phase's length is the plan made after its first epoch, which the refit then follows."""
+    from retrieval.evaluation import runs
+
+    planned = []
+    original = training.PlanEpochs.on_epoch_end
+
+    def spy(self, epoch, logs=None):
+        original(self, epoch, logs)
+        planned.append(self.epochs)
+        assert (job.paths.root / runs.TUNING_RECORD).exists()  # tuned before training
+
+    budgeted = {**TUNING, "train.time_budget_s": 1e-3, "train.refit_epochs": 0, "eval.baselines": ["most_popular",
+                                                                                                     "item_knn"]}
+    job = TrainingJob(make_config(log_path, **budgeted), str(tmp_path), "budgeted")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training.PlanEpochs, "on_epoch_end", spy)
+        job.run()
+    assert planned and planned[0] == 1  # a budget already spent: the epoch done, no more
+    tuned = job.stages.summary("train")["tuning"]
+    assert tuned["best_epoch"] == 1 and len(tuned["history"]["loss"]) == 1
+    record = job.paths.checkpoints / "tuning" / training.PLAN_RECORD
+    assert record.exists()

@@ -1,0 +1,57 @@
+"""The run's time budget: how many epochs the time left holds (retrieval/jobs/budget.py)."""
+
+import pytest
+
+from retrieval.jobs import budget
+
+
+class Clock:
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_epochs_fill_what_is_left_after_the_reserve():
+    # 1,000 s left, 100 kept for the evaluation: 900 s; one epoch of 60 s done, so 15 more fit (E = 16).
+    assert budget.TimeBudget(1000.0, 100.0, Clock()).epochs(60.0, 50.0, cap=40) == 16
+    assert budget.TimeBudget(1000.0, 100.0, Clock()).epochs(60.0, 50.0, cap=12) == 12  # the cap
+    assert budget.TimeBudget(1000.0, 100.0, Clock(990.0)).epochs(60.0, 50.0, cap=40) == 1  # spent: the epoch done
+
+
+def test_epochs_keep_room_for_a_warm_refit_or_a_refit_as_long_as_the_tuning():
+    clock = Clock()
+    warm = budget.TimeBudget(1000.0, 100.0, clock).epochs(60.0, 50.0, cap=40, refit_fixed_s=120.0)
+    assert warm == 14  # the epoch done and (900 - 120) / 60 = 13 more
+    # From scratch: E - 1 more epochs of tuning (60 s; the first is spent) and E of refit (50 s x 1.1 = 55 s).
+    scratch = budget.TimeBudget(1000.0, 100.0, clock).epochs(60.0, 50.0, cap=40, refit_scale=1.1)
+    assert scratch == 8 and 7 * 60 + 8 * 55 <= 900 < 8 * 60 + 9 * 55
+
+
+def test_the_plan_reserves_the_warm_refit_from_the_measured_training_time():
+    from retrieval.training import EpochTime
+
+    decide = budget.plan(budget.TimeBudget(1000.0, 100.0, Clock()), "tuning", 40, refit=True, refit_epochs=2,
+                         refit_scale=1.0 / 0.9)
+    # The refit: 2 epochs of 45 s training x 1/0.9 = 100 s; (900 - 100) / 60 = 13.3: 13 more epochs.
+    assert decide(EpochTime(60.0, 15.0)) == 14
+    final = budget.plan(budget.TimeBudget(1000.0, 100.0, Clock()), "final", 40, refit=True, refit_epochs=2,
+                        refit_scale=1.0 / 0.9)
+    assert final(EpochTime(60.0, 15.0)) == 16  # nothing after the final phase: 900 / 60 = 15 more
+
+
+@pytest.mark.parametrize("names,expected_fits", [((), 0.0), (("most_popular",), 0.0)])
+def test_the_reserve_counts_the_ranking_of_every_test_user(tmp_path, names, expected_fits):
+    import pandas as pd
+
+    from retrieval import artifacts
+    from retrieval.evaluation import baseline_tuning
+
+    paths = artifacts.RunPaths(tmp_path)
+    paths.train_data.parent.mkdir(parents=True)
+    pd.DataFrame({"user_id": ["a", "a", "b"], "item_id": ["x", "y", "x"]}).to_parquet(paths.train_data)
+    pd.DataFrame({"user_id": ["a", "b", "c"], "item_id": ["z", "y", "x"]}).to_parquet(paths.test_data)
+    seconds = budget.evaluation_seconds(paths, names, {}, n_items=1_000_000)
+    ranking = (1 + len(names)) * 3 * 1_000_000 * baseline_tuning.RANK_S_PER_SCORE
+    assert seconds == pytest.approx(expected_fits + ranking + budget.FIXED_S)
