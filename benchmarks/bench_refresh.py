@@ -62,7 +62,9 @@ def run(new_items: int = 1000, repeats: int = 3, smoke: bool = False) -> list[di
                 ids = new_table(items, new_items, repeat, output / f"items-{repeat}.csv")
                 start = time.monotonic()
                 subprocess.run([sys.executable, "-m", "pipelines.refresh", f"--run_dir={model_dir}",
-                                f"--item_features_path={output / f'items-{repeat}.csv'}"], cwd=ROOT, check=True,
+                                f"--item_features_path={output / f'items-{repeat}.csv'}",
+                                "--allow_large_change"],  # 1,000 new items grow the 2,000 by half
+                               cwd=ROOT, check=True,
                                capture_output=True, text=True)
                 refreshed = time.monotonic()
                 manifest = artifacts.read_json(model_dir / "latest" / "manifest.json")

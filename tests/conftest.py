@@ -13,6 +13,7 @@ import pytest
 
 # Heaviest first (seconds of one sequential run on 2 cores, 2026-11-24).
 HEAVIEST = (
+    "jobs/test_refresh.py",  # 105 (kills refreshes at four points)
     "serving/test_serving_reload_memory.py",  # 59
     "jobs/test_pipeline_job.py",  # 51
     "serving/test_serving_http.py",  # 51
@@ -38,7 +39,7 @@ SLOW = {
     "jobs/test_pipeline_sets.py", "jobs/test_pipeline_tuning.py", "jobs/test_pipeline_streaming.py",
     "pipelines/test_pipelines_eval.py", "pipelines/test_first_use.py", "test_readme.py", "test_distributed.py",
     "sampling/test_sampling_distributed.py", "test_parameter_server.py", "serving/test_serving_workers.py",
-    "jobs/test_catalogue_job.py",
+    "jobs/test_catalogue_job.py", "jobs/test_refresh.py",
 }
 TESTS = Path(__file__).resolve().parent
 

@@ -267,6 +267,8 @@ def validation_fn(run: TrainingRun, model: Any, item_vocab: Vocabulary, user_voc
         train_path, validation_path = prepare.tuning_data(paths, "train"), prepare.tuning_data(paths, "validation")
     if t.early_stopping_patience <= 0 or not validation_path.exists():
         return None
+    if tuning:  # the items warm in the tuning part, as the headline ranks the items warm in all training data
+        item_vocab = tuning_vocabulary(run, item_vocab)
     sample = runs.user_sample(validation_path, t.eval_max_users or config.eval.max_users, config.seed)
     if sample is None:
         train, validation = pd.read_parquet(train_path), pd.read_parquet(validation_path)

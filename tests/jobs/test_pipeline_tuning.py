@@ -162,3 +162,30 @@ def test_a_time_budget_tunes_the_baselines_first_and_sets_the_epochs_from_the_fi
     assert tuned["best_epoch"] == 1 and len(tuned["history"]["loss"]) == 1
     record = job.paths.checkpoints / "tuning" / training.PLAN_RECORD
     assert record.exists()
+
+
+def test_early_stopping_in_tuning_ranks_the_items_warm_in_the_tuning_part(log_path, tmp_path, monkeypatch):
+    """An item clicked only in the automatic holdout is cold to the tuning model (its counts are the tuning
+    part's), so early stopping leaves it out as the headline leaves out items without training clicks."""
+    from retrieval.evaluation import early_stopping
+
+    sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
+            "train.refit": False, "train.epochs": 1}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "sets")
+    job.run()
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    seen = {}
+    monkeypatch.setattr(early_stopping, "recall_fn", lambda model, train, validation, item_vocab, *a, **k:
+                        seen.setdefault("vocab", item_vocab))
+    item_vocab, user_vocab = run.vocabularies()
+    # One validation item's clicks made the holdout's alone (the tuning part loses its other clicks).
+    tuning_train = prepare.tuning_data(job.paths, "train")
+    only = pd.read_parquet(prepare.tuning_data(job.paths, "validation"))["item_id"].iloc[0]
+    frame = pd.read_parquet(tuning_train)
+    frame[frame["item_id"] != only].to_parquet(tuning_train)
+    tuning.validation_fn(run, None, item_vocab, user_vocab, tuning=True)
+    tuned = tuning.tuning_vocabulary(run, item_vocab)
+    index = item_vocab.lookup(np.array([only]))[0]
+    assert item_vocab.warm[index] and not tuned.warm[index]
+    np.testing.assert_array_equal(seen["vocab"].warm, tuned.warm)
+    np.testing.assert_array_equal(seen["vocab"].ids, item_vocab.ids)
