@@ -109,11 +109,13 @@ class ProgressLogger(_StepCallback):
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         self._last_step, self._last_time = self.step, time.perf_counter()
-        self._start_step, self._start_time = self.step, self._last_time
+        self._warm: Optional[tuple[int, float]] = None  # step and time at the end of the first execution
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         step = self.step
+        if self._warm is None:  # the ETA's clock starts after the first execution, which traces and compiles
+            self._warm = (step, time.perf_counter())
         if not self.crossed(self.every_steps) and step < self.total_steps:
             return
         now = time.perf_counter()
@@ -131,16 +133,20 @@ class ProgressLogger(_StepCallback):
     def on_epoch_end(self, epoch, logs=None):
         numeric = {f"epoch_{k}": v for k, v in (logs or {}).items() if isinstance(v, (int, float, np.floating))}
         self._write(numeric, self.step)
-        seconds_per_step = (time.perf_counter() - self._start_time) / max(self.step - self._start_step, 1)
+        warm_step, warm_time = self._warm if self._warm is not None else (self.step, 0.0)
+        seconds_per_step = ((time.perf_counter() - warm_time) / (self.step - warm_step) if self.step > warm_step
+                            else None)
         logging.info("%s", progress_line(epoch + 1, self.epochs, numeric, self.early, seconds_per_step,
                                          self.steps_per_epoch))
 
 
 def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Optional[tf.keras.callbacks.EarlyStopping],
-                  seconds_per_step: float, steps_per_epoch: int) -> str:
+                  seconds_per_step: Optional[float], steps_per_epoch: int) -> str:
     """``epoch i/N``, the epoch's loss, the validation metric and the best so far, and the time left: to epoch N, or,
     with early stopping, to the epoch where patience runs out if the metric does not improve again (it can only
-    stop there or later, at N at the latest)."""
+    stop there or later, at N at the latest). ``seconds_per_step``: measured after the first execution (its tracing
+    and compilation would inflate the first ETA several times where an epoch is a few steps); None while no step
+    has run since, and the line then says when the ETA comes."""
     line = f"epoch {epoch}/{epochs}"
     if "epoch_loss" in logs:
         line += f"  loss {logs['epoch_loss']:.4f}"
@@ -152,8 +158,10 @@ def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Opt
         best_epoch = early.best_epoch + 1
         line += f"  best {early.best:.4f} at epoch {best_epoch}"
         last = min(epochs, epoch + max(early.patience - early.wait, 0))
-    remaining = max(last - epoch, 0) * steps_per_epoch * seconds_per_step
     bound = f"; stops by epoch {last} unless it improves" if last < epochs else ""
+    if seconds_per_step is None:
+        return f"{line}  ETA after the next epoch (the first steps compile){bound}"
+    remaining = max(last - epoch, 0) * steps_per_epoch * seconds_per_step
     return f"{line}  ETA {_duration(remaining)}{bound}"
 
 

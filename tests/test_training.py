@@ -244,6 +244,29 @@ def test_the_epoch_line_has_real_totals_the_best_and_an_eta_bounded_by_patience(
     assert line == ("epoch 3/40  loss 5.3295  val_recall 0.2747  best 0.2793 at epoch 2  ETA 0m48s; stops by epoch 10 "
                     "unless it improves")  # 7 epochs of 138 steps at 0.05 s
     assert training.progress_line(39, 40, {"epoch_loss": 1.0}, None, 0.05, 138) == "epoch 39/40  loss 1.0000  ETA 0m07s"
+    assert training.progress_line(1, 40, {"epoch_loss": 1.0}, None, None, 4) == (
+        "epoch 1/40  loss 1.0000  ETA after the next epoch (the first steps compile)")
+
+
+def test_the_eta_clock_starts_after_the_first_execution(monkeypatch):
+    """A first execution that compiles for 30 s and steps of 0.1 s after it: the ETA reads the steps, not the
+    compilation (which made a short run's first ETA 3x too high)."""
+    now = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
+    logger = training.ProgressLogger(every_steps=1000, batch_size=8, total_steps=40, steps_per_epoch=4)
+    logger.model = mock.Mock()
+    logger.model.optimizer.iterations.numpy.return_value = 0
+    lines = []
+    monkeypatch.setattr(training.logging, "info", lambda fmt, *args: lines.append(fmt % args))
+    logger.on_train_begin()
+    for epoch in range(2):
+        logger.on_epoch_begin(epoch)
+        for batch in range(4):
+            now[0] += 30.0 if (epoch, batch) == (0, 0) else 0.1
+            logger.on_train_batch_end(batch, {"loss": 1.0})
+        logger.on_epoch_end(epoch, {"loss": 1.0})
+    assert lines[-2].endswith("ETA 0m04s")  # 9 epochs x 4 steps x 0.1 s (was 33 s with the compilation)
+    assert lines[-1].endswith("ETA 0m03s")
 
 
 def test_a_planned_run_trains_the_planned_epochs_on_a_cosine_of_their_length_and_resumes_to_them(data, tmp_path):
