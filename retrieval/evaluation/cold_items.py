@@ -15,6 +15,10 @@ the score is their cosine (the classic content-based profile, Lops et al. 2011, 
 systems", section 3.1). ``paired/content/...`` is the model minus the baseline per user, with a 95% bootstrap
 interval and a sign-flip p-value (``bootstrap.paired_comparison``). Written by hand: none of the dependencies scores
 a user profile against item feature vectors.
+
+Intervals and paired tests need :data:`MIN_INTERVAL_USERS` users with a cold test pair: below that (a catalogue
+with a handful of new items, 3 pairs) a bootstrap over users spans most of [0, 1] and says nothing, so only the
+means are given, and the report says why (``protocol/cold_items/min_interval_users``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from retrieval.evaluation import metrics as metrics_lib
 from retrieval.settings import CI_METRICS
 
 PREFIX = "cold_items/"
+# Users (the bootstrap's unit) below which no interval is computed: the usual rule of thumb for a mean's sampling
+# distribution to be near normal; with 3 users of recall 0 or 1 the interval is [0, 1] whatever the model.
+MIN_INTERVAL_USERS = 30
 
 
 def content_scorer(items: sp.csr_matrix, train: csr_lib.Csr, columns: np.ndarray) -> ranking.Scorer:
@@ -86,6 +93,8 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, warm: np.ndarra
       warm: [V] bool, which indices had training interactions (rows 0 and 1 are never ranked either way).
       train, test: [U, V] interactions by catalogue index.
       content: [V, terms] content vectors (``retrieval.data.content``), or None for no content baseline.
+      n_bootstrap: resamples for intervals and paired tests (0, or fewer than :data:`MIN_INTERVAL_USERS` users:
+        none).
     """
     ks = sorted({int(k) for k in ks})
     cold = np.flatnonzero(~np.asarray(warm, bool))
@@ -96,6 +105,9 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, warm: np.ndarra
            f"count/{PREFIX}eval_users": int(len(users))}
     if not len(users):
         return out
+    out[f"protocol/{PREFIX}min_interval_users"] = MIN_INTERVAL_USERS
+    if len(users) < MIN_INTERVAL_USERS:
+        n_bootstrap = 0  # means only (module docstring)
     among = np.concatenate([np.arange(NUM_RESERVED), cold])  # column j of the among-cold ranking is index among[j]
     spaces = {  # prefix: (columns ranked, relevant pairs in that space, excluded pairs)
         "": (np.arange(len(warm)), relevant, train if exclude_train else None),

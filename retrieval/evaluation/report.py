@@ -105,8 +105,14 @@ def _cold_items(metrics: Mapping) -> list[str]:
              f"{metrics['count/cold_items/test_pairs']} test pairs with one of the {metrics['count/cold_items/items']} "
              f"cold items, {metrics['count/cold_items/eval_users']} users with a training history; not in the "
              "headline. Content baseline: TF-IDF item features, the user's mean profile, cosine.", ""]
-    if not metrics.get("count/cold_items/eval_users"):
+    users = metrics.get("count/cold_items/eval_users")
+    if not users:
         return lines + ["No such test pair."]
+    least = metrics.get("protocol/cold_items/min_interval_users", 0)
+    if users < least and metrics.get("protocol/bootstrap_resamples"):
+        lines += [f"Too few pairs for intervals: {users} users with a cold test pair, fewer than the {least} a 95% "
+                  "bootstrap interval needs to mean anything; the values below are means without intervals, too "
+                  "few to compare the systems.", ""]
     rows = []
     for space, label in (("among_cold/", "among cold items"), ("", "in the whole catalogue")):
         for system, prefix in (("model", ""), ("content", "content/")):

@@ -63,3 +63,43 @@ def test_content_scorer_is_the_cosine_of_the_profile():
         expected = unit @ (profile / np.linalg.norm(profile))
         np.testing.assert_allclose(scores[row, 2:], expected[2:], rtol=1e-5)
         assert np.isneginf(scores[row, :2]).all()
+
+
+def _evaluated(n_users: int, n_bootstrap: int = 50) -> dict:
+    """The headline and the cold-item metrics of ``n_users`` users who each hold one cold test item."""
+    from retrieval.evaluation import evaluator
+
+    rng = np.random.default_rng(2)
+    users, items = rng.normal(size=(n_users, D)).astype(np.float32), rng.normal(size=(V, D)).astype(np.float32)
+    train = csr({u: [2 + u % 4] for u in range(n_users)})
+    test = csr({u: [2 + (u + 1) % 4, 6 + u % 3] for u in range(n_users)})
+    metrics = evaluator.evaluate(users, items[WARM], train, _warm_only(test), ks=(1, 2), n_bootstrap=n_bootstrap,
+                                 baselines=("most_popular",))
+    metrics.update(cold_items.evaluate(users, items, WARM, train, test, None, ks=(1, 2), n_bootstrap=n_bootstrap))
+    return metrics
+
+
+def _warm_only(test):
+    rows, cols = csr_lib.to_pairs(test)
+    return csr_lib.from_pairs(rows[WARM[cols]], cols[WARM[cols]], test.n_rows)
+
+
+def _cold_rows(text: str) -> list[str]:
+    """The model's rows of the report's cold-item table."""
+    section = text.split("## Cold items", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and "| model |" in line]
+
+
+def test_too_few_cold_pairs_give_means_without_intervals_and_say_so():
+    from retrieval.evaluation import report
+
+    few = _evaluated(cold_items.MIN_INTERVAL_USERS - 1)
+    assert few["count/cold_items/eval_users"] == cold_items.MIN_INTERVAL_USERS - 1
+    assert not [key for key in few if key.startswith("cold_items/") and "_ci_" in key]
+    text = report.render_markdown(few)
+    assert f"Too few pairs for intervals: {cold_items.MIN_INTERVAL_USERS - 1} users" in text
+    assert _cold_rows(text) and not any("[" in row for row in _cold_rows(text))
+    enough = _evaluated(cold_items.MIN_INTERVAL_USERS)
+    assert "cold_items/recall@1_ci_low" in enough and "cold_items/among_cold/recall@1_ci_high" in enough
+    text = report.render_markdown(enough)
+    assert "Too few pairs" not in text and all("[" in row for row in _cold_rows(text))
