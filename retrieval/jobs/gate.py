@@ -16,6 +16,14 @@ Three checks, and a fourth on request, all on the evaluation's flat metrics (``"
 
 and one that no metric can pass: a run that may not be published whatever it measures (``unpublishable``, e.g. a
 tuning run scored on its validation data, ``identity.validation_scored``).
+
+Every check made is one line of ``GateDecision.checked``, marked with its outcome (:func:`mark`), which a run prints
+under ``gate passed:`` or ``gate refused:``, so a refusal shows which check failed::
+
+    gate refused:
+      [FAIL] recall@20 0.2693 vs floor 0.9900
+      [pass] recall@20 0.2693 vs 1.05 x most-popular 0.0893
+      [skip] no published run of this lineage to compare with
 """
 
 from __future__ import annotations
@@ -28,12 +36,20 @@ from retrieval.errors import InputError
 
 POPULAR = "most_popular"
 OFF = -1.0  # min_lift_over_popular at or below this: no comparison with most-popular
+PASS, FAIL, SKIP = "pass", "FAIL", "skip"  # a check's outcome, as its line in GateDecision.checked starts
+
+
+def mark(outcome: str, compared: str) -> str:
+    """A line of ``GateDecision.checked``: the check's outcome (:data:`PASS`, :data:`FAIL` or :data:`SKIP`, when
+    there was nothing to compare with), then what it compared."""
+    return f"[{outcome}] {compared}"
 
 
 @dataclasses.dataclass
 class GateDecision:
-    """Whether the run passed, why not (``reasons``) and every comparison the gate made (``checked``: what a run
-    prints, so a refusal, or a pass, says what was compared with what)."""
+    """Whether the run passed, why not (``reasons``) and every comparison the gate made (``checked``, one
+    :func:`mark`-ed line per check: what a run prints, so a refusal, or a pass, says what was compared with what and
+    which check failed)."""
 
     passed: bool
     reasons: List[str]
@@ -127,25 +143,29 @@ def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: 
     (:func:`baseline_metrics`) when the model must reach the best of them (``gate.beat_best_baseline``; None: no
     such check)."""
     reasons = [unpublishable] if unpublishable else []
-    checked = [f"not publishable: {unpublishable}"] if unpublishable else []
+    checked = [mark(FAIL, f"not publishable: {unpublishable}")] if unpublishable else []
     for name, floor in floors.items():
         value = metrics.get(name)
+        failed = value is None or value < floor
         if value is None:
             reasons.append(f"{name} missing from the evaluation (gate floor {floor})")
         elif value < floor:
             reasons.append(f"{name}={value:.4f} below floor {floor:.4f}")
-        checked.append(f"{name} {_value(value)} vs floor {floor:.4f}")
+        checked.append(mark(FAIL if failed else PASS, f"{name} {_value(value)} vs floor {floor:.4f}"))
     lift = lift_over_popular(metrics, popular or {}, compare, min_lift_over_popular)
     if lift is not None:
         reasons.append(lift)
-    if min_lift_over_popular > OFF and compare:
-        name = compare[0]
-        checked.append(f"{name} {_value(metrics.get(name))} vs {1 + min_lift_over_popular:.2f} x most-popular "
-                       f"{_value((popular or {}).get(name))}")
+    if min_lift_over_popular > OFF:
+        compared = lift
+        if compare:
+            name = compare[0]
+            compared = (f"{name} {_value(metrics.get(name))} vs {1 + min_lift_over_popular:.2f} x most-popular "
+                        f"{_value((popular or {}).get(name))}")
+        checked.append(mark(FAIL if lift else PASS, compared))
     if baselines is not None:
         reason, compared = behind_best_baseline(metrics, baselines, compare)
         reasons += [reason] if reason else []
-        checked += [compared] if compared else []
+        checked.append(mark(FAIL if reason else PASS, compared or reason))
     if published:
         for name in compare:
             old, new = published.get(name), metrics.get(name)
@@ -155,9 +175,10 @@ def check(metrics: Mapping[str, float], floors: Mapping[str, float], published: 
             if new < bound:
                 reasons.append(f"{name}={new:.4f} regressed more than {max_regression:.0%} against the published "
                                f"{old:.4f} (bound {bound:.4f})")
-            checked.append(f"{name} {new:.4f} vs published {old:.4f} less {max_regression:.0%}")
+            checked.append(mark(FAIL if new < bound else PASS,
+                                f"{name} {new:.4f} vs published {old:.4f} less {max_regression:.0%}"))
     else:
-        checked.append("no published run of this lineage to compare with")
+        checked.append(mark(SKIP, "no published run of this lineage to compare with"))
     return GateDecision(passed=not reasons, reasons=reasons, checked=checked)
 
 

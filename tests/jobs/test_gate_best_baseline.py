@@ -27,7 +27,8 @@ def test_the_model_must_reach_the_best_baseline_when_asked(model, passed):
     baselines = gate.baseline_metrics(EVALUATION)
     decision = gate.check({"recall@20": model}, {}, None, ["recall@20", "ndcg@20"], 0.05, baselines=baselines)
     assert decision.passed == passed, decision.reasons
-    assert f"recall@20 {model:.4f} vs best baseline rp3beta 0.1773" in decision.checked
+    mark = "pass" if passed else "FAIL"
+    assert f"[{mark}] recall@20 {model:.4f} vs best baseline rp3beta 0.1773" in decision.checked
     if not passed:
         assert decision.reasons == ["recall@20=0.1695 trails the best baseline rp3beta (0.1773; "
                                     "gate.beat_best_baseline)"]

@@ -205,6 +205,6 @@ def test_gate_refusal_exit_code(log_path, tmp_path):
     errors = [line for line in result.stderr.splitlines() if "below floor" in line]
     assert len(errors) == 1 and errors[0].startswith("quality gate refused to publish: recall@20=")  # said once
     assert "| system | recall@20 | NDCG@20 |" in result.stdout  # what was refused is shown
-    assert re.search(r"gate refused:\n  recall@20 0\.\d{4} vs floor 0\.9900", result.stdout)
+    assert re.search(r"gate refused:\n  \[FAIL\] recall@20 0\.\d{4} vs floor 0\.9900\n", result.stdout)
     assert max(len(line) for line in result.stdout.splitlines() if line.startswith("|")) <= 120
     assert not (tmp_path / "two_tower" / "latest").exists()
