@@ -224,6 +224,13 @@ def interaction_batches(path: str | os.PathLike, format: str = "auto", columns: 
             yield frame
 
 
+def distinct_items(path: str | os.PathLike, format: str = "auto", columns: Optional[ColumnNames] = None) -> np.ndarray:
+    """The distinct item ids of a log, as training reads them (:func:`interaction_batches`: canonical string ids,
+    every row checked), in order of first appearance; memory holds one batch and the ids."""
+    seen = [pd.unique(batch["item_id"].to_numpy(dtype=object)) for batch in interaction_batches(path, format, columns)]
+    return pd.unique(np.concatenate(seen or [np.zeros(0, object)]))
+
+
 def _canonical(frame: pd.DataFrame, columns: ColumnNames, path: str, warn: bool = True) -> pd.DataFrame:
     out = pd.DataFrame({"user_id": validate.ids(frame[columns.user], path, columns.user),
                         "item_id": validate.ids(frame[columns.item], path, columns.item)})

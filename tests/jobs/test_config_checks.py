@@ -14,6 +14,7 @@ import pytest
 
 from retrieval import cli
 from retrieval.config_keys import MAX_ITEMS, Rule
+from retrieval.data import validate
 from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import evaluator
@@ -431,3 +432,27 @@ def test_an_index_larger_than_the_catalogue_is_refused_before_training():
     with pytest.raises(InputError, match=r"config\.index\.factory.*4096 centroids, more than the 2000 items"):
         config_checks.check_index(config, 2000)  # ...but not train it on this catalogue
     config_checks.check_index(with_value(config, "index.factory", "auto"), 10)
+
+
+def test_an_item_table_sharing_little_with_the_log_warns_with_the_counts_and_one_sharing_nothing_is_refused(
+        tmp_path, monkeypatch):
+    """The refresh's overlap check (``validate.table_overlap``) before training, on the log as training reads it
+    (issue 50)."""
+    log = tmp_path / "log.csv"
+    log.write_text("user_id,item_id,timestamp\n" + "".join(f"u{i % 3},{i},{i}\n" for i in range(10)))
+    config = with_value(with_value(shipped("catalogue"), "data.train_path", str(log)), "data.item_features", "")
+    warnings = []
+    monkeypatch.setattr(validate.logging, "warning", lambda message, *args: warnings.append(message % args))
+    for name, ids, refused in (("some.csv", [0, 1, 2, 30, 31], False), ("none.csv", [30, 31], True),
+                               ("all.csv", range(10), False)):
+        (tmp_path / name).write_text("item_id\n" + "".join(f"{i}\n" for i in ids))
+        table = with_value(config, "data.item_features_path", str(tmp_path / name))
+        if refused:
+            with pytest.raises(InputError, match=r"none\.csv, column 'item_id': 0 of the 10 items of the training "
+                                                 r"log have a row in the item table \(0\.0%\)"):
+                config_checks.validate_job(table, str(tmp_path / "out"), "r1")
+        else:
+            config_checks.validate_job(table, str(tmp_path / "out"), "r1")
+    assert warnings == [f"{tmp_path / 'some.csv'}: 3 of the 10 items of the training log have a row in the item "
+                        "table (30.0%), and 2 of its 5 rows are items the training log never saw (below 50%; items "
+                        "without a row keep no features)"]

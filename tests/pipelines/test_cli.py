@@ -140,3 +140,36 @@ def test_faiss_loader_and_tensorflow_chatter_stay_out_of_the_log(monkeypatch):
     finally:
         logging.getLogger().removeHandler(handler)
         quiet._set_log_filters(False)
+
+
+def _item_table(path: Path, rows: list[str], header: str = "item_id,genres,year") -> str:
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+BUNDLED_ITEMS = [f"i{i},g{i % 7},{1990 + i % 30}" for i in range(2000)]  # data/interactions.csv's ids: i0 .. i1999
+
+
+@pytest.mark.parametrize("rows,features,message", [
+    ([f"x{i},g1,2000" for i in range(2000)], "genres:multi",  # another id scheme: 2,000 phantom items were served
+     "column 'item_id': 0 of the 2,000 items of the training log have a row in the item table (0.0%), and 2,000 of "
+     "its 2,000 rows are items the training log never saw: at least 10% must match"),
+    (BUNDLED_ITEMS + ["i4,g2,1999"], "genres:multi", "column 'item_id', row 2000: duplicate id 'i4' (first seen at row 4)"),
+    (BUNDLED_ITEMS[:7] + ["i7,g1,abc"] + BUNDLED_ITEMS[8:], "genres:multi,year:numeric",
+     "column 'year', row 7: non-numeric value 'abc' in a numeric feature"),
+    (BUNDLED_ITEMS, "genres:multi,title:text",
+     "config.data.item_features': {table} has no column(s) ['title']; its columns are ['item_id', 'genres', 'year']"),
+])
+def test_a_bad_item_table_exits_2_before_tensorflow_loads_and_leaves_nothing(tmp_path, rows, features, message):
+    """Bad contents of the item table were found only once TensorFlow had loaded (6-13 s) and left an empty model
+    directory; an item table of another id scheme trained and published phantom items (issue 50)."""
+    table = _item_table(tmp_path / "items.csv", rows)
+    out = tmp_path / "out"
+    outcome, stderr, elapsed = probe("pipelines.train", f"--output_dir={out}", "--run_id=r1",
+                                     "--config=configs/catalogue.py", f"--config.data.item_features_path={table}",
+                                     f"--config.data.item_features={features}")
+    assert outcome == {"code": cli.EXIT_INPUT_ERROR, "tensorflow": False}, stderr
+    assert message.format(table=table) in stderr and "Traceback" not in stderr
+    assert len([line for line in stderr.splitlines() if line.startswith("error:")]) == 1
+    assert elapsed < FAST_S
+    assert not out.exists()
