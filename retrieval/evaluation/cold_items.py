@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from retrieval.data import content as content_lib
 from retrieval.data.vocab import NUM_RESERVED
-from retrieval.evaluation import bootstrap, ranking
+from retrieval.evaluation import bootstrap, evaluator, ranking
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import metrics as metrics_lib
 from retrieval.settings import CI_METRICS
@@ -84,7 +84,8 @@ def _summary(prefix: str, per_user: dict[str, np.ndarray], ks: Sequence[int], n_
 
 def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, warm: np.ndarray, train: csr_lib.Csr,
              test: csr_lib.Csr, content: Optional[sp.csr_matrix], ks: Sequence[int], *, exclude_train: bool = True,
-             n_bootstrap: int = 1000, seed: int = 0) -> dict:
+             n_bootstrap: int = 1000, seed: int = 0,
+             progress_interval_s: float = evaluator.PROGRESS_INTERVAL_S) -> dict:
     """Metrics of the test pairs with cold items (see the module docstring), keys under ``cold_items/``.
 
     Args:
@@ -95,6 +96,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, warm: np.ndarra
       content: [V, terms] content vectors (``retrieval.data.content``), or None for no content baseline.
       n_bootstrap: resamples for intervals and paired tests (0, or fewer than :data:`MIN_INTERVAL_USERS` users:
         none).
+      progress_interval_s: seconds between progress lines (users ranked of the total, rate, ETA) while ranking.
     """
     ks = sorted({int(k) for k in ks})
     cold = np.flatnonzero(~np.asarray(warm, bool))
@@ -113,14 +115,18 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, warm: np.ndarra
         "": (np.arange(len(warm)), relevant, train if exclude_train else None),
         "among_cold/": (among, _columns(test, among, renumber=True), None),  # no cold item is a training item
     }
+    progress = evaluator.Progress(len(users) * len(spaces) * (1 if content is None else 2), progress_interval_s)
     for space, (columns, relevant_here, exclude) in spaces.items():
-        model = _per_user(ranking.dot_scorer(user_vectors, item_vectors[columns]), users, relevant_here, exclude,
+        where = space.rstrip("/") or "whole catalogue"
+        model = _per_user(progress.counting(ranking.dot_scorer(user_vectors, item_vectors[columns]),
+                                            f"cold items, model, {where}"), users, relevant_here, exclude,
                           len(columns), ks)
         out.update(_summary(PREFIX + space, model, ks, n_bootstrap, seed))
         if content is None:
             continue
-        baseline = _per_user(content_scorer(content, train, columns), users, relevant_here, exclude, len(columns),
-                             ks)
+        baseline = _per_user(progress.counting(content_scorer(content, train, columns),
+                                               f"cold items, content, {where}"), users, relevant_here, exclude,
+                             len(columns), ks)
         out.update(_summary(f"{PREFIX}{space}content/", baseline, ks, n_bootstrap, seed))
         if n_bootstrap:
             headline = [f"{m}@{k}" for m in CI_METRICS for k in ks]

@@ -21,8 +21,10 @@ training history form the headline group; those without (cold start) are reporte
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 from absl import logging
@@ -35,6 +37,7 @@ from retrieval.evaluation import metrics as metrics_lib
 from retrieval.settings import CI_METRICS, DEFAULT_KS
 
 PROGRESS_INTERVAL_S = 30.0
+MIN_HEARTBEAT_S = 1.0  # a heartbeat's shortest interval, whatever progress_interval_s asks (0: every block)
 
 
 class Progress:
@@ -65,6 +68,31 @@ class Progress:
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
         logging.info("evaluation: %d of %d user rankings done (%.0f%%, now %s), %.0f users/s, about %.0f s left",
                      self.done, self.total, 100.0 * self.done / max(self.total, 1), tag, rate, eta)
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, interval_s: float = PROGRESS_INTERVAL_S) -> Iterator[None]:
+    """Logs ``evaluation: <what>, <n> s so far`` every ``interval_s`` seconds (:data:`MIN_HEARTBEAT_S` at least)
+    while the block runs, and its time when it ends if it ran that long (a short block logs nothing): a baseline's
+    fit (EASE^R's inverse at 14k items: a minute in one BLAS call, which releases the GIL) returns to Python only
+    when it is done, so no counter inside it can say that it is still going."""
+    start, done = time.monotonic(), threading.Event()
+    beats = []
+
+    def beat() -> None:
+        while not done.wait(max(interval_s, MIN_HEARTBEAT_S)):
+            beats.append(time.monotonic() - start)
+            logging.info("evaluation: %s, %.0f s so far", what, beats[-1])
+
+    beating = threading.Thread(target=beat, name="evaluation-heartbeat", daemon=True)
+    beating.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beating.join()
+        if beats:
+            logging.info("evaluation: %s took %.1f s", what, time.monotonic() - start)
 
 
 def rankable(train: csr_lib.Csr, test: csr_lib.Csr, exclude_train: bool) -> tuple[csr_lib.Csr, int]:
@@ -158,12 +186,14 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
         logging.warning("baseline %s skipped: %s", name, reason)
     out["protocol/skipped_baselines"] = list(skipped)
     out.update({f"protocol/skipped/{name}": reason for name, reason in skipped.items()})
-    for name in baselines:
-        if name in skipped:
-            continue
+    fitted = [name for name in baselines if name not in skipped]
+    for number, name in enumerate(fitted, 1):
         params = baselines_lib.params_of(name, (baseline_params or {}).get(name), ease_lambda)
         start = time.monotonic()
-        systems.append((f"baseline/{name}/", name, baselines_lib.make(name, train, n_items, popularity, seed, params)))
+        with heartbeat(f"fitting baseline {name} ({number} of {len(fitted)}) on {n_items - NUM_RESERVED:,} items and "
+                       f"{train.indices.size:,} training pairs", progress_interval_s):
+            scorer = baselines_lib.make(name, train, n_items, popularity, seed, params)
+        systems.append((f"baseline/{name}/", name, scorer))
         out[f"baseline/{name}/fit_seconds"] = time.monotonic() - start
         out.update({f"baseline/{name}/params/{param}": value for param, value in params.items()})
     systems += [(f"{name}/", name, scorer) for name, scorer in (others or {}).items()]
@@ -189,7 +219,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
                                                      n_bootstrap, seed)
                 for name, stats in paired.items():
                     out.update({f"paired/{tag}/{name}_{bootstrap.PAIRED_KEYS[field]}": v for field, v in stats.items()})
-        logging.info("evaluated %s: recall@%d = %s", tag, ks[-1], out.get(f"{prefix}recall@{ks[-1]}"))
+        logging.info("evaluated %s: recall@%d = %.4f", tag, ks[-1], out.get(f"{prefix}recall@{ks[-1]}", float("nan")))
     if ann_index is not None and model is not None:
         out.update(_ann(ann_index, ann_index_offset, user_vectors, groups[""], relevant, exclude, ks, model.top_k))
     return out

@@ -1,7 +1,9 @@
 """Evaluation within a budget: EASE^R skipped (logged, recorded, reported) when it does not fit
-``baseline_memory_mb``, computed when it does; progress lines while ranking."""
+``baseline_memory_mb``, computed when it does; progress lines while ranking and while a baseline fits."""
 
 import logging
+import re
+import time
 
 import numpy as np
 import pytest
@@ -60,3 +62,39 @@ def test_progress_is_quiet_between_intervals():
     assert progress.done == 20 and progress._last == 0.0
     progress.advance(10, "model")
     assert progress._last == 31.0
+
+
+def test_the_evaluated_lines_give_rounded_metrics(data, caplog):
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _evaluate(data)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluated ")]
+    assert len(lines) == 3 and all(re.fullmatch(r"evaluated \w+: recall@5 = \d\.\d{4}", line) for line in lines)
+
+
+def test_a_long_baseline_fit_logs_a_line_every_interval_with_its_totals(data, caplog, monkeypatch):
+    make = baselines.make
+
+    def slow(name, *args):
+        if name == "ease":
+            time.sleep(2.5)
+        return make(name, *args)
+
+    monkeypatch.setattr(baselines, "make", slow)
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _evaluate(data, progress_interval_s=1.0)
+    lines = [r.getMessage() for r in caplog.records if "fitting baseline" in r.getMessage()]
+    what = f"evaluation: fitting baseline ease (2 of 2) on 23 items and {data[2].indices.size} training pairs"
+    beats = [line for line in lines if "so far" in line]
+    assert len(beats) >= 2 and all(re.fullmatch(rf"{re.escape(what)}, \d+ s so far", line) for line in beats)
+    assert re.fullmatch(rf"{re.escape(what)} took \d+\.\d s", lines[-1])
+    assert not [line for line in lines if "most_popular" in line]  # a short fit logs nothing
+
+
+def test_cold_item_rankings_log_progress_with_their_total(caplog):
+    from tests.evaluation.test_evaluation_cold_items import _evaluated
+
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _evaluated(4, progress_interval_s=0.0)
+    lines = [r.getMessage() for r in caplog.records if "now cold items" in r.getMessage()]
+    assert lines[0].startswith("evaluation: 4 of 8 user rankings done (50%, now cold items, model, whole catalogue)")
+    assert lines[-1].startswith("evaluation: 8 of 8 user rankings done (100%, now cold items, model, among_cold)")

@@ -65,7 +65,7 @@ def test_content_scorer_is_the_cosine_of_the_profile():
         assert np.isneginf(scores[row, :2]).all()
 
 
-def _evaluated(n_users: int, n_bootstrap: int = 50) -> dict:
+def _evaluated(n_users: int, n_bootstrap: int = 50, **settings) -> dict:
     """The headline and the cold-item metrics of ``n_users`` users who each hold one cold test item."""
     from retrieval.evaluation import evaluator
 
@@ -75,7 +75,8 @@ def _evaluated(n_users: int, n_bootstrap: int = 50) -> dict:
     test = csr({u: [2 + (u + 1) % 4, 6 + u % 3] for u in range(n_users)})
     metrics = evaluator.evaluate(users, items[WARM], train, _warm_only(test), ks=(1, 2), n_bootstrap=n_bootstrap,
                                  baselines=("most_popular",))
-    metrics.update(cold_items.evaluate(users, items, WARM, train, test, None, ks=(1, 2), n_bootstrap=n_bootstrap))
+    metrics.update(cold_items.evaluate(users, items, WARM, train, test, None, ks=(1, 2), n_bootstrap=n_bootstrap,
+                                       **settings))
     return metrics
 
 
