@@ -16,7 +16,9 @@ Exit codes: 0 published, 1 unexpected failure, 2 bad input or config, 3 quality 
 4 another process holds this run.
 """
 
+import contextlib
 import shutil
+from pathlib import Path
 
 from absl import flags
 
@@ -72,6 +74,7 @@ def main(argv):
 
     job = TrainingJob(_CONFIG.value, _OUTPUT_DIR.value, run_id, force=_FORCE.value)
     fresh = not job.paths.root.exists()
+    created = [d for d in (job.model_dir.root, Path(_OUTPUT_DIR.value)) if not d.exists()]  # deepest first
     try:  # the run is named once its data proved usable, so a scheduler's alert can name a run that failed later
         job.run(on_prepared=lambda root: print(f"run directory: {root}", flush=True))
     except GateError:
@@ -80,6 +83,9 @@ def main(argv):
     except InputError:
         if fresh and not job.stages.is_done("train"):  # bad data: no half-made run is left behind
             shutil.rmtree(job.paths.root, ignore_errors=True)
+            for directory in created:  # nor the model and output directories it made, if nothing else is in them
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
         raise
     print_evaluation(job)
     print(published_line(job))

@@ -173,3 +173,16 @@ def test_a_bad_item_table_exits_2_before_tensorflow_loads_and_leaves_nothing(tmp
     assert len([line for line in stderr.splitlines() if line.startswith("error:")]) == 1
     assert elapsed < FAST_S
     assert not out.exists()
+
+
+def test_data_refused_once_tensorflow_loaded_leaves_no_directory(tmp_path):
+    """What only the prepared data can tell (here: no user can hold an item out) exits 2 with the run directory
+    removed, and the model and output directories it created too (an empty one was left, issue 50)."""
+    log = tmp_path / "single.csv"
+    log.write_text("user_id,item_id,timestamp\n" + "".join(f"u{i},i{i % 5},{i}\n" for i in range(50)))
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "pipelines.train", f"--output_dir={out}", "--run_id=r1",
+                             f"--config.data.train_path={log}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr
+    assert "the leave_last_n split leaves no test interactions" in result.stderr.splitlines()[-1]
+    assert not out.exists()
