@@ -12,8 +12,13 @@ environment does not set ``TF_CPP_MIN_LOG_LEVEL`` itself:
   lines (``I0000 00:00:...``, ``W...``, ``E...``) and absl's notice before them and passes every other line on at once.
 
 * drops a few Python log records that say nothing to a user of a run: FAISS's loader trying each instruction set
-  (``faiss.loader``: ``ModuleNotFoundError(... swigfaiss_avx512_spr ...)`` in every process), and TensorFlow's
-  ``Sharding callback duration`` and signature-renaming (``unsupported characters``) lines (:data:`NOISY_RECORDS`).
+  (``faiss.loader``: ``ModuleNotFoundError(... swigfaiss_avx512_spr ...)`` in every process), TensorFlow's
+  ``Sharding callback duration`` and signature-renaming (``unsupported characters``) lines, and what its saver says
+  on every export (:data:`NOISY_RECORDS`): TF-Keras's ``Skipping full serialization of TF-Keras layer ... because it
+  is not built`` (a warning for each layer called only through a method, such as the content profile or a dropout:
+  the SavedModels are ``tf.Module`` signatures read with ``tf.saved_model.load``, never Keras layers, so nothing is
+  missing), ``Found untraced functions``, and ``Assets written to`` / ``Writing fingerprint to`` naming the
+  temporary directory that is renamed at once.
 
 :func:`verbose` undoes all of it; the pipelines call it for ``--verbosity=1`` or more (``retrieval.cli``). Setting
 ``TF_CPP_MIN_LOG_LEVEL`` (any value) or ``RETRIEVAL_QUIET_TF=0`` in the environment also keeps everything.
@@ -37,7 +42,9 @@ _NOISE = re.compile(rb"[IWE]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\]|WARNING: All log mes
                     rb"To enable the following instructions:")
 _JOIN_TIMEOUT_S = 5.0
 # logger -> pattern of the messages dropped from it (None: every record below WARNING)
-_TF_CHATTER = re.compile(r"Sharding callback duration|.* with unsupported characters which will be renamed")
+_TF_CHATTER = re.compile(r"Sharding callback duration|.* with unsupported characters which will be renamed|"
+                         r"Skipping full serialization of TF-Keras layer|Found untraced functions such as|"
+                         r"Assets written to: |Writing fingerprint to ")
 NOISY_RECORDS = {"faiss.loader": None, "tensorflow": _TF_CHATTER, "absl": _TF_CHATTER}  # TF logs through both
 
 
