@@ -149,3 +149,31 @@ def test_cited_journal_sections_exist():
         misplaced += [(where, found) for found in re.findall(r"RESULTS\.md`*,? [Ii]ssue \d+", text)]
     assert not missing, missing
     assert not misplaced, misplaced
+
+
+TEST_CITATION = re.compile(r"`(tests/[\w/]+\.py)`:")
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
+
+
+def _cited_from_tests(text: str) -> list[tuple[str, str]]:
+    """(test file, what the page says it shows) for every "(`tests/....py`: ...)" of ``text``: the words after the
+    colon up to the parenthesis that closes the citation."""
+    out = []
+    for match in TEST_CITATION.finditer(text):
+        depth, end = 1, match.end()
+        while end < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        out.append((match.group(1), text[match.end():end - 1]))
+    return out
+
+
+def test_numbers_cited_from_a_test_are_in_that_test():
+    """A page that cites a test for a number (`tests/...py`: recall 0.084 ...) cites what the test asserts or sets,
+    not a figure measured once and since changed."""
+    missing = []
+    for page in PAGES:
+        for test, cited in _cited_from_tests(page.read_text()):
+            source = (ROOT / test).read_text()
+            missing += [(page.name, test, number) for number in DECIMAL.findall(cited) if number not in source]
+    assert not missing, missing
