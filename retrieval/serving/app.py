@@ -39,8 +39,11 @@ class CandidatesResponse(BaseModel):
     items: list[ScoredItem] = Field(description="best first; model scores, or training counts under fallback")
     fallback: bool = Field(description="true when no history was usable and popular items were returned")
     history_source: str = Field(description="request, stored (training history of user_id) or none")
-    history_used: int = Field(description="known history items in effect (also excluded from the candidates)")
-    unknown_history: list[str] = Field(description="request history ids not in the catalogue (ignored)")
+    history_used: int = Field(description="history items in effect that the user tower reads (also excluded from "
+                                          "the candidates)")
+    unknown_history: list[str] = Field(description="request history ids the user tower cannot read, ignored: ids "
+                                                   "nobody knows, and items added since training (a catalogue "
+                                                   "refresh's; still excluded from the candidates)")
     unknown_history_count: int
     model_version: str
     run_id: str
@@ -77,12 +80,12 @@ def _request_models(limits: Limits) -> tuple[type, type]:
 
 
 def _items(result: Candidates) -> list[dict]:
-    """The answer's items: model scores in ``score``; under the popularity fallback the training counts go to
-    ``count`` and ``score`` is null (a count is no similarity: one field never holds both)."""
-    pairs = zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)
+    """The answer's items: model scores in ``score``; under the popularity fallback ``score`` is null and ``count``
+    holds the training counts (a count is no similarity: one field never holds both)."""
     if result.fallback:
-        return [{"item_id": i, "score": None, "count": int(s)} for i, s in pairs]
-    return [{"item_id": i, "score": s} for i, s in pairs]
+        return [{"item_id": i, "score": None, "count": c}
+                for i, c in zip(result.item_ids.tolist(), result.counts.tolist(), strict=True)]
+    return [{"item_id": i, "score": s} for i, s in zip(result.item_ids.tolist(), result.scores.tolist(), strict=True)]
 
 
 def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads: Optional[int] = 1,

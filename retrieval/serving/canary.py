@@ -103,7 +103,7 @@ class Canary:
         if not len(histories):
             raise CanaryError("data/train.parquet has no user with an item of the catalogue to run the canary on")
         queries = _attempt("the user tower", lambda: np.asarray(user_queries(
-            generator.encoder, histories, index.id_map, self.num_users, self.seed, generator.max_history)))
+            generator.encoder, histories, generator.vocabulary, self.num_users, self.seed, generator.max_history)))
         users = min(self.num_users, len(histories))
         if queries.ndim != 2 or queries.shape != (users, index.dimension):
             raise CanaryError(f"the user tower returns shape {list(queries.shape)} for {users} users; the index "
@@ -133,7 +133,7 @@ class Canary:
         k = min(10, len(generator.index))
         results = _attempt("a sample request", lambda: generator.recommend_batch(user_ids, k=k) + [
             generator.similar(str(generator.index.id_map.item_ids[0]), k)])
-        if not all(np.isfinite(result.scores).all() for result in results):
+        if not all(result.fallback or np.isfinite(result.scores).all() for result in results):
             raise CanaryError("a sample request returns non-finite scores")
 
     def check_quality(self, generator: CandidateGenerator) -> dict:
@@ -186,7 +186,7 @@ def _ranked_answers(generator: CandidateGenerator, users: list, ranked: np.ndarr
     history through the user tower), exact search over those items' vectors, the history excluded."""
     histories, id_map = generator.histories, generator.index.id_map
     stored = [histories.history(row) for row in histories.rows_of(users)]
-    queries = generator.encoder.encode(list(users), [id_map.ids_of(h[:generator.max_history]).tolist()
+    queries = generator.encoder.encode(list(users), [generator.vocabulary.ids_of(h[:generator.max_history]).tolist()
                                                      for h in stored])
     metric = canonical_metric(generator.index.metric)
     depth = min(len(ranked), k + max((len(h) for h in stored), default=0))
@@ -194,7 +194,7 @@ def _ranked_answers(generator: CandidateGenerator, users: list, ranked: np.ndarr
                             prepare_vectors(queries, metric), depth, metric)
     answers = []
     for row, history in zip(found, stored, strict=True):
-        kept = row[(row >= 0) & ~np.isin(row, history)][:k]
+        kept = row[(row >= 0) & ~np.isin(row, generator.in_catalogue(history))][:k]
         answers.append(set(id_map.ids_of(kept).tolist()))
     return answers
 
@@ -215,7 +215,7 @@ def _held_out(generator: CandidateGenerator, paths: RunPaths, count: int, seed: 
         user = str(histories.user_ids[row])
         wanted = sorted(by_user.get(user, ()))
         known = {item for item, index in zip(wanted, catalogue.indices_of(wanted), strict=True) if index >= 0}
-        known -= set(catalogue.ids_of(histories.history(row)).tolist())
+        known -= set(generator.vocabulary.ids_of(histories.history(row)).tolist())
         known = known if allowed is None else known & allowed
         if known:
             users.append(user)
@@ -237,8 +237,8 @@ def _cut_off(evaluated: dict, preferred: int, catalogue: int) -> int:
 
 def _popular_recall(generator: CandidateGenerator, users: list, relevant: list, k: int) -> float:
     """Most-popular's mean recall@k on ``users``: the server's cold-start answer, their training items excluded."""
-    histories, id_map = generator.histories, generator.index.id_map
-    seen = [id_map.ids_of(histories.history(row)).tolist() for row in histories.rows_of(users)]
+    histories = generator.histories
+    seen = [generator.vocabulary.ids_of(histories.history(row)).tolist() for row in histories.rows_of(users)]
     answers = generator.recommend_batch([None] * len(users), excludes=seen, k=k)
     return float(np.mean([len(set(a.item_ids.tolist()) & wanted) / len(wanted)
                           for a, wanted in zip(answers, relevant, strict=True)]))
