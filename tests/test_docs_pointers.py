@@ -177,3 +177,24 @@ def test_numbers_cited_from_a_test_are_in_that_test():
             source = (ROOT / test).read_text()
             missing += [(page.name, test, number) for number in DECIMAL.findall(cited) if number not in source]
     assert not missing, missing
+
+
+def _extras() -> set[str]:
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg")
+    return set(setup["options.extras_require"])
+
+
+def test_every_extra_named_exists(every_text):
+    named = [(where, extra) for where, text in every_text for group in re.findall(r'\.\[([\w,]+)\]"', text)
+             for extra in group.split(",")]
+    assert named and not [(where, extra) for where, extra in named if extra not in _extras()]
+
+
+def test_a_page_says_how_to_view_the_tensorboard_logs():
+    """Runs write TensorBoard event files (``tensorboard/``): a page says how to install TensorBoard and open them."""
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    assert "tensorboard" in _extras() and '-e ".[tensorboard]"' in guide
+    assert re.search(r"tensorboard --logdir \S+/tensorboard", guide)

@@ -1,9 +1,12 @@
-"""Output of an evaluation: ``metrics.json`` (flat keys), ``report.md`` (tables) and ``recall_at_k.png``.
+"""Output of an evaluation: ``metrics.json`` (flat keys), ``report.md`` (tables), ``recall_at_k.png`` and, beside
+it, ``training_curves.png``.
 
 Everything is rendered from the flat metrics dict that ``evaluator.evaluate`` / ``runs.evaluate_run`` return (the
 systems and cut-offs are read from its ``protocol/*`` keys), and written atomically through ``retrieval.artifacts``,
-so a reader sees the previous report or the new one, never a mix. The plot uses matplotlib's object API on the Agg
-canvas (no pyplot global state, no display needed).
+so a reader sees the previous report or the new one, never a mix. The training curves come from the train stage's
+summary (``stages/train.json``: the per-epoch history of the tuning phase, with its validation metric, and of the
+refit), when the run directory holds one that recorded them. The plots use matplotlib's object API on the Agg canvas
+(no pyplot global state, no display needed).
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from typing import Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from retrieval import artifacts
 
 ALL_METRICS = ("recall", "ndcg", "hit", "precision", "mrr", "map", "coverage", "avg_popularity", "tail_share")
+TRAINING_PLOT = "training_curves.png"  # in the run directory, beside RunPaths.plot
 
 
 def _systems(metrics: Mapping) -> list[tuple[str, str]]:
@@ -194,9 +199,57 @@ def plot_recall(metrics: Mapping, path: Path) -> None:
         figure.savefig(tmp, format="png")
 
 
+def training_histories(train_summary: Mapping) -> dict[str, dict[str, list]]:
+    """The per-epoch histories of a train stage's summary by phase: ``tuning`` (on the holdout, with its
+    validation metric) and ``refit`` (on all training data) when the run was tuned and refit, else ``training``;
+    empty when the summary recorded none (a run trained without a holdout)."""
+    tuning = (train_summary.get("tuning") or {}).get("history") or {}
+    final = train_summary.get("history") or {}
+    phases = {"tuning": tuning, "refit": final} if tuning and train_summary.get("refit") else {"training": final
+                                                                                              or tuning}
+    return {phase: history for phase, history in phases.items() if history.get("loss")}
+
+
+def plot_training(train_summary: Mapping, path: Path) -> bool:
+    """Loss and the validation metric by epoch for each phase of :func:`training_histories` (the best epoch
+    marked), written atomically as PNG; False (nothing written) when the summary recorded no history."""
+    histories = training_histories(train_summary)
+    if not histories:
+        return False
+    validation = sorted({name for history in histories.values() for name in history if name.startswith("val_")})
+    figure = Figure(figsize=(10 if validation else 6, 4), dpi=120)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, 2 if validation else 1, squeeze=False)[0]
+    for phase, history in histories.items():
+        epochs = range(1, len(history["loss"]) + 1)
+        axes[0].plot(epochs, history["loss"], marker="o", label=phase)
+        for name in validation:
+            if history.get(name):
+                axes[1].plot(range(1, len(history[name]) + 1), history[name], marker="o", label=f"{phase} {name}")
+    best = train_summary.get("best_epoch")
+    labels = ["training loss"] + ([validation[0] if len(validation) == 1 else "validation metric"] if validation else [])
+    for ax, label in zip(axes, labels, strict=True):
+        if best:
+            ax.axvline(best, color="grey", linestyle="--", linewidth=1, label=f"best epoch {best}")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    figure.suptitle("training curves (stages/train.json)", fontsize=10)
+    figure.tight_layout()
+    with artifacts.atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png")
+    return True
+
+
 def write(run_dir, metrics: Mapping) -> None:
-    """Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into ``run_dir`` (``RunPaths`` names)."""
+    """Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into ``run_dir`` (``RunPaths`` names), and
+    :data:`TRAINING_PLOT` when ``run_dir`` is a run whose train stage recorded its curves."""
     paths = artifacts.RunPaths(run_dir)
     artifacts.write_json(paths.metrics, dict(metrics))
     artifacts.write_text(paths.report, render_markdown(metrics))
     plot_recall(metrics, paths.plot)
+    train_stage = paths.stages / "train.json"
+    if train_stage.is_file():
+        plot_training(artifacts.read_json(train_stage)["summary"], paths.root / TRAINING_PLOT)

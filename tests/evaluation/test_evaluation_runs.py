@@ -133,3 +133,23 @@ def test_user_sample_reads_only_sampled_rows_and_equals_evaluating_those_users(r
     assert sampled["protocol/skipped_baselines"] == ["item_knn", "ease"]
     assert "20 test users" in sampled["protocol/user_sample"]
     assert runs.user_sample(paths.test_data, 10_000, seed=5) is None  # no more users than asked: all of them
+
+
+def test_the_training_curves_are_plotted_beside_the_recall_plot(run, tmp_path):
+    from retrieval import artifacts
+    from retrieval.evaluation import report
+
+    _, metrics = run
+    tuned = {"best_epoch": 2, "refit": True, "history": {"loss": [6.3, 5.9]},
+             "tuning": {"history": {"loss": [6.4, 5.9, 5.7], "val_recall": [0.27, 0.28, 0.275]}}}
+    assert report.training_histories(tuned) == {"tuning": tuned["tuning"]["history"], "refit": tuned["history"]}
+    assert report.training_histories({"history": {"loss": [1.0]}}) == {"training": {"loss": [1.0]}}
+    root = tmp_path / "run"
+    artifacts.write_json(root / "stages" / "train.json", {"summary": tuned, "seconds": 1.0})
+    report.write(root, metrics)
+    assert (root / "recall_at_k.png").is_file()
+    assert (root / report.TRAINING_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    untuned = tmp_path / "untuned"  # trained without a holdout: the stage recorded no history
+    artifacts.write_json(untuned / "stages" / "train.json", {"summary": {"steps": 10}, "seconds": 1.0})
+    report.write(untuned, metrics)
+    assert (untuned / "report.md").is_file() and not (untuned / report.TRAINING_PLOT).exists()
