@@ -54,6 +54,25 @@ def test_recommend_cli_and_input_errors(run_dir, tmp_path):
     assert bad.returncode == 2 and "field 'ks'" in bad.stderr
 
 
+def test_recommend_answers_a_user_absent_from_training_with_the_most_popular_items_and_null_scores(run_dir, tmp_path):
+    """The answer HTTP and ``CandidateGenerator`` give an unknown user (it got the user tower's empty-history answer,
+    issue 50); the known users' answers are the model's."""
+    from retrieval.serving.generator import most_popular
+
+    (tmp_path / "users.txt").write_text("u01\nnobody\nu02\n")
+    out = tmp_path / "recs.parquet"
+    done = _run("pipelines.recommend", f"--run_dir={run_dir}", "--k=4", f"--output={out}",
+                f"--users={tmp_path / 'users.txt'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = pq.read_table(out).to_pydict()
+    catalogue = pq.read_table(run_dir / "item_embeddings.parquet").column("item_id").to_pylist()
+    counts = pq.read_table(run_dir / "data" / "train.parquet").to_pandas()["item_id"].value_counts()
+    popular = [catalogue[i] for i in most_popular(counts.reindex(catalogue).fillna(0).to_numpy())[:4]]
+    assert table["user_id"] == ["u01", "nobody", "u02"]
+    assert table["item_ids"][1] == popular and table["scores"][1] is None
+    assert all(len(table["scores"][row]) == 4 and table["item_ids"][row] != popular for row in (0, 2))
+
+
 def test_every_entry_point_takes_a_model_directory(run_dir, tmp_path):
     """recommend and evaluate resolve --run_dir like serve and export: a model directory means its published run."""
     model_dir = tmp_path / "two_tower"

@@ -89,6 +89,9 @@ def test_candidates_over_http_equal_the_library(client, model_dir):
     counts = [item["count"] for item in cold["items"]]  # popularity counts, never in the field of similarities
     assert all(item["score"] is None for item in cold["items"]) and counts == sorted(counts, reverse=True) > [0]
     assert all(item["count"] is None for item in body["items"])
+    library = generator.recommend("nobody", k=4)  # one answer for an unknown user on every path (issue 50)
+    assert [item["item_id"] for item in cold["items"]] == library.item_ids.tolist()
+    assert counts == library.counts.tolist() and library.fallback and np.isnan(library.scores).all()
 
 
 def test_similar_model_health_and_openapi(client, model_dir):
