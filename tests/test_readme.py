@@ -134,3 +134,50 @@ def test_the_catalogue_commands_serve_items_nobody_clicked(tmp_path):
 
     ids = export.read_item_embeddings(tmp_path / "models" / "catalogue" / "latest" / "item_embeddings.parquet")[0]
     assert {"new0", "unclicked0", "unclicked1"} <= set(ids)
+
+
+def _section(title: str) -> str:
+    """The README's text under the heading ``## <title>``, up to the next heading of that level."""
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_python_api_example_shows_progress_and_keeps_the_bundled_models_latest():
+    """Its lines log the stages' progress (the job takes over a minute) and publish into a directory of their own, not
+    the model directory whose ``latest`` `make run` moved."""
+    section = _section("Python API in ten lines")
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    assert len([line for line in block.splitlines() if line.strip()]) == 10
+    assert "logging.set_verbosity(logging.INFO)" in block and re.search(r"takes \d+-\d+ s", section)
+    output = re.search(r'TrainingJob\(config, "([^"]+)"', block).group(1)
+    bundled = re.search(r"--output_dir=(\S+)", (ROOT / "Makefile").read_text()).group(1)
+    assert Path(output) != Path(bundled) and f'validate_job(config, "{output}"' in block
+    assert f'CandidateGenerator.from_run("{output}/two_tower")' in block
+
+
+def test_every_relative_output_directory_of_the_readme_is_git_ignored():
+    """What the README's commands write into the checkout (``--output_dir=models``, the API's directory) stays out of
+    ``git status``."""
+    written = set(re.findall(r"--output_dir=(?!/)([\w./-]+)", README))
+    written |= set(re.findall(r'TrainingJob\(config, "([^"/][^"]*)"', README))
+    assert {"models", "artifacts/api-demo"} <= written
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *(f"{path}/some_run" for path in sorted(written))],
+                             cwd=ROOT, capture_output=True, text=True).stdout.split()
+    assert sorted(ignored) == sorted(f"{path}/some_run" for path in written)
+
+
+def test_the_readme_says_how_long_the_tests_take_and_names_the_fast_loop():
+    commands = _section("Two commands")
+    assert re.search(r"`make test` takes about \d+-\d+ minutes on 2 cores", commands)
+    assert "`make test-fast`" in commands and "test-fast:" in (ROOT / "Makefile").read_text()
+
+
+def test_the_layout_names_every_entry_point():
+    layout = " ".join(_section("Layout").split())
+    named = set(re.search(r"`pipelines/` holds the absl entry points \(([^)]*)\)", layout).group(1).replace("`", "")
+                .replace(" ", "").split(","))
+    entry_points = {p.stem for p in (ROOT / "pipelines").glob("*.py") if p.stem != "__init__"}
+    assert named == entry_points
+
+
+def test_the_catalogue_section_says_how_to_measure_cold_items_on_your_own_data():
+    assert "--config.data.cold_item_fraction=" in _section("Items nobody has clicked yet")
