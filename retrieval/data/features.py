@@ -185,6 +185,20 @@ def infer_specs(table: pd.DataFrame, id_column: str, kinds: Optional[Mapping[str
     return specs
 
 
+def cell_counts(table: pd.DataFrame, specs: Sequence[FeatureSpec]) -> dict[str, dict[str, int]]:
+    """Cells taken without a word that the prepare summary counts, by column (columns without any left out):
+    ``missing``, empty or null cells (no value: code 0, or for a numeric feature its mean, 0 once standardised) and
+    ``nul``, string cells holding a NUL byte, kept as they are: a text feature's tokens are split at it (it is no
+    word character), a categorical or multi value keeps it (``"a\\x00b"`` is a value of its own)."""
+    counts: dict[str, dict[str, int]] = {"missing": {}, "nul": {}}
+    for spec in specs:
+        column = table[spec.name]
+        counts["missing"][spec.name] = int(column.isna().sum())
+        if not KINDS[spec.kind].numeric:
+            counts["nul"][spec.name] = int(column.dropna().astype(str).str.contains("\x00", regex=False).sum())
+    return {what: {name: n for name, n in by_column.items() if n} for what, by_column in counts.items()}
+
+
 def feature_arrays(table: pd.DataFrame, id_column: str, vocabulary: Vocabulary,
                    specs: Sequence[FeatureSpec]) -> dict[str, np.ndarray]:
     """Dense arrays ``{spec.name: array}`` with row ``i`` = features of vocabulary index ``i`` (see module doc).

@@ -504,19 +504,23 @@ def _catalogue(settings: Settings, item_vocab: Vocabulary, item_counts: pd.Serie
     specs (``vocab/item_features.json``) that training and a catalogue refresh code the table with. ``item_counts``:
     the training counts before ``data.min_item_count``, so a listed item below it keeps its clicks and stays warm
     (``Vocabulary.with_catalogue``): only items nobody clicked are cold."""
-    source = "interactions"
+    source, cells = "interactions", {}
     if settings.item_features_path:
         table, specs = catalogue_lib.read_specs(settings.item_features_path, settings.columns.item,
                                                 settings.item_features, "data.item_features")
         features_lib.save_specs(settings.paths.item_features, settings.columns.item, specs)
+        cells = features_lib.cell_counts(table, specs)
         if settings.catalogue_from_table:
             item_vocab = item_vocab.with_catalogue(table[settings.columns.item], item_counts)
             source = "item_features"
     warm = int(item_vocab.warm.sum())
     counts = {"items": item_vocab.size - NUM_RESERVED, "warm": warm, "cold": item_vocab.size - NUM_RESERVED - warm,
-              "source": source, "cold_item_fraction": settings.cold_item_fraction}
+              "source": source, "cold_item_fraction": settings.cold_item_fraction,
+              **{f"{what}_cells": by_column for what, by_column in cells.items()}}
     logging.info("catalogue (%s): %d items, %d warm (with training interactions), %d cold", source, counts["items"],
                  warm, counts["cold"])
+    if any(cells.values()):
+        logging.info("item table cells: missing (empty or null) %s, with a NUL byte %s", cells["missing"], cells["nul"])
     return item_vocab, counts
 
 

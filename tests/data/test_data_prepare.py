@@ -2,6 +2,7 @@
 training pairs and examples on one partition (streaming off), on 1 and 7 partitions (streaming on) and on a local
 Dask cluster of 2 worker processes; degenerate logs get the same answer on every path; engine faults end cleanly."""
 
+import json
 import socket
 import threading
 import time
@@ -291,3 +292,19 @@ def test_a_catalogue_item_below_min_item_count_keeps_its_clicks_and_is_never_col
     cold = {item for item, count in counts.items() if count == 0}
     assert cold == set(items["item_id"]) - set(clicked.index) and summary["catalogue"]["cold"] == len(cold)
     assert np.all(np.diff(vocabularies[0]["count"][2:len(clicked) + 2]) <= 0)  # warm items by decreasing count
+
+
+def test_the_summary_counts_the_item_tables_empty_cells_and_cells_with_a_nul_byte(logs, tmp_path):
+    """An empty numeric cell (its mean) and a NUL byte in a text cell (a token separator) were taken silently; the
+    prepare summary counts them by column, and the NUL is a separator in the text's tokens (issue 50)."""
+    items = pd.DataFrame({"item_id": [str(i) for i in range(1, 46)],
+                          "title": [f"toy\x00story {i % 3}" if i < 4 else f"heat {i % 5}" for i in range(1, 46)],
+                          "year": [None if i in (5, 9) else 1990 + i for i in range(1, 46)]})
+    items.to_csv(tmp_path / "items.csv", index=False)
+    config = override(_config(logs, "csv", "leave_last_n", "time"), {
+        "data.item_features_path": str(tmp_path / "items.csv"), "data.item_features": "title:text,year:numeric"})
+    summary, *_ = _prepared(config, tmp_path / "run", 1, Embedded())
+    assert summary["catalogue"]["missing_cells"] == {"year": 2}
+    assert summary["catalogue"]["nul_cells"] == {"title": 3}
+    specs = json.loads((tmp_path / "run" / "vocab" / "item_features.json").read_text())["specs"]
+    assert {"toy", "story"} <= set(next(s for s in specs if s["name"] == "title")["vocabulary"])
