@@ -23,6 +23,7 @@ from retrieval import artifacts
 
 ALL_METRICS = ("recall", "ndcg", "hit", "precision", "mrr", "map", "coverage", "avg_popularity", "tail_share")
 TRAINING_PLOT = "training_curves.png"  # in the run directory, beside RunPaths.plot
+ITEM_ITEM = ("item_knn", "rp3beta", "ease")  # baselines whose lead the teacher (train.teacher_items) distils
 
 
 def _systems(metrics: Mapping) -> list[tuple[str, str]]:
@@ -98,6 +99,9 @@ def _baselines(metrics: Mapping) -> list[str]:
         model = metrics[f"recall@{k}"]
         lines += ["", f"Best baseline on recall@{k}: {best} ({_number(scored[best])}); the model: {_number(model)} "
                   f"({'trails it' if model < scored[best] else 'at or above it'})."]
+        if model < scored[best] and best in ITEM_ITEM:
+            lines += ["", "Where an item-item baseline leads on set data, `--config.train.teacher_items=10` distils the "
+                      "run's tuned RP3beta into the towers (docs/objectives.md, \"Which objective, for which data\")."]
     return lines
 
 

@@ -221,6 +221,9 @@ def test_the_model_trailing_the_best_baseline_is_said_in_one_line(tmp_path):
     assert f"{metrics['recall@5']:.4f} vs {metrics['baseline/item_knn/recall@5']:.4f} (paired diff " in lines[0]
     assert "; NDCG@5: " in lines[0]
     assert table.splitlines()[0].startswith("| system |")
+    assert "--config.train.teacher_items=10" in report.render_markdown(metrics)  # the lever for an item-item lead
+    ahead = {**metrics, "recall@5": 1.0}
+    assert "teacher_items" not in report.render_markdown(ahead)
 
 
 def test_trailing_line_format_and_silence_when_ahead():
