@@ -1,10 +1,12 @@
 """Batch inference: the top-k items of every user (or of a given list of users) of a run, as Parquet.
 
 The same exact ranking as the evaluation (``ranking.top_k``: blocked matmul, training items excluded by default,
-padding/OOV never recommended), fed by the run's exported model (``loading``). Users absent from the training data
-get an empty history (the user tower's cold-start answer); they are counted in the log. Output columns: ``user_id``
-(string), ``item_ids`` (list<string>, original ids, best first) and ``scores`` (list<float32>); a list is shorter
-than k only when fewer than k items can be recommended to that user.
+padding/OOV never recommended), fed by the run's exported model (``loading``). A user absent from the training data
+gets the answer the server gives an unknown user: the most popular training items (by training interactions, ties in
+catalogue order: ``retrieval.serving.generator.most_popular``) with ``fallback`` true and ``scores`` null, since no
+model scored them; they are counted in the log. Output columns: ``user_id`` (string), ``item_ids`` (list<string>,
+original ids, best first), ``scores`` (list<float32>; null under the fallback) and ``fallback`` (bool); a list is
+shorter than k only when fewer than k items can be recommended to that user.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import loading, protocols, ranking
+from retrieval.serving.generator import most_popular
 
 SCHEMA = pa.schema([("user_id", pa.string()), ("item_ids", pa.list_(pa.string())),
-                    ("scores", pa.list_(pa.float32()))])
+                    ("scores", pa.list_(pa.float32())), ("fallback", pa.bool_())])
 
 
 def read_user_list(path) -> np.ndarray:
@@ -56,6 +59,7 @@ def recommend_chunks(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = 
     model = loading.load_run_model(run_dir)
     users = _training_users(paths) if user_ids is None else np.asarray(user_ids, str)
     logging.info("recommending %d items to %d users, %d users at a time", k, len(users), chunk_users)
+    popular = _most_popular(paths, model.item_ids, k)
     cold = 0
     for start in range(0, max(len(users), 1), chunk_users):
         chunk = users[start:start + chunk_users]
@@ -69,8 +73,21 @@ def recommend_chunks(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = 
         vectors = model.user_vectors(chunk, train)
         idx, scores = ranking.top_k(ranking.dot_scorer(vectors, model.item_vectors), len(chunk),
                                     len(model.item_vectors), k, exclude, max_block_bytes=max_block_bytes)
-        yield _to_table(chunk, idx, scores, model.item_ids)
-    logging.info("%d of %d users had no training history (cold-start answers)", cold, len(users))
+        idx[rows < 0] = np.pad(popular, (0, k - len(popular)), constant_values=-1)
+        yield _to_table(chunk, idx, scores, model.item_ids, rows < 0)
+    logging.info("%d of %d users had no training history: they got the %d most popular training items (fallback, "
+                 "scores null)", cold, len(users), len(popular))
+
+
+def _most_popular(paths: artifacts.RunPaths, item_ids: np.ndarray, k: int) -> np.ndarray:
+    """Item indices (vocabulary rows, as ``ranking.top_k`` gives) of the ``k`` catalogue items with the most
+    training interactions, the server's fallback order; one pass over ``data/train.parquet``'s item column, a record
+    batch at a time."""
+    counts = [pd.Series(dtype=np.int64)]
+    for batch in pq.ParquetFile(paths.train_data).iter_batches(columns=["item_id"]):
+        counts.append(batch.column(0).to_pandas().astype(str).value_counts())
+    trained = pd.concat(counts).groupby(level=0).sum()
+    return most_popular(trained.reindex(item_ids).fillna(0).to_numpy())[:k] + NUM_RESERVED
 
 
 def _training_users(paths: artifacts.RunPaths) -> np.ndarray:
@@ -87,14 +104,18 @@ def recommend(run_dir, k: int = 100, user_ids: Optional[Sequence[str]] = None, e
     return pa.concat_tables(list(recommend_chunks(run_dir, k, user_ids, exclude_train, max_block_bytes)))
 
 
-def _to_table(users: np.ndarray, idx: np.ndarray, scores: np.ndarray, item_ids: np.ndarray) -> pa.Table:
+def _to_table(users: np.ndarray, idx: np.ndarray, scores: np.ndarray, item_ids: np.ndarray,
+              fallback: np.ndarray) -> pa.Table:
+    """One chunk's rows; a ``fallback`` row's scores are null (its items are the popular ones, unscored)."""
     valid = idx >= 0  # -1 slots (nothing left to recommend) come last in each row
     offsets = pa.array(np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int32))
     items = pa.array(item_ids[idx[valid] - NUM_RESERVED], pa.string())
     return pa.table({
         "user_id": pa.array(users, pa.string()),
         "item_ids": pa.ListArray.from_arrays(offsets, items),
-        "scores": pa.ListArray.from_arrays(offsets, pa.array(scores[valid], pa.float32())),
+        "scores": pa.ListArray.from_arrays(offsets, pa.array(scores[valid], pa.float32()),
+                                           mask=pa.array(fallback, pa.bool_())),
+        "fallback": pa.array(fallback, pa.bool_()),
     }, schema=SCHEMA)
 
 

@@ -40,12 +40,15 @@ def test_user_list_unknown_users_and_short_lists(run, tmp_path):
     table = inference.recommend(run.root, k=100, user_ids=users)
     lengths = [len(x) for x in table.column("item_ids").to_pylist()]
     assert lengths == [48 - 5, 48]  # u05 has 5 training items; an unknown user has none to exclude
+    assert table.column("fallback").to_pylist() == [False, True]  # the unknown user: the most popular items
+    assert table.column("scores").null_count == 1 and table.column("scores")[1].as_py() is None
     path = tmp_path / "recs.parquet"
     inference.write_recommendations(table, path)
     schema = pq.read_schema(path)
     assert schema.field("user_id").type == pa.string()
     assert schema.field("item_ids").type == pa.list_(pa.string())
     assert schema.field("scores").type == pa.list_(pa.float32())
+    assert schema.field("fallback").type == pa.bool_()
 
 
 def test_user_list_formats_and_errors(tmp_path):

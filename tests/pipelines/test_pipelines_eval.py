@@ -56,7 +56,7 @@ def test_recommend_cli_and_input_errors(run_dir, tmp_path):
 
 def test_recommend_answers_a_user_absent_from_training_with_the_most_popular_items_and_null_scores(run_dir, tmp_path):
     """The answer HTTP and ``CandidateGenerator`` give an unknown user (it got the user tower's empty-history answer,
-    issue 50); the known users' answers are the model's."""
+    issue 50), marked in the ``fallback`` column; the known users' answers are the model's."""
     from retrieval.serving.generator import most_popular
 
     (tmp_path / "users.txt").write_text("u01\nnobody\nu02\n")
@@ -71,6 +71,9 @@ def test_recommend_answers_a_user_absent_from_training_with_the_most_popular_ite
     assert table["user_id"] == ["u01", "nobody", "u02"]
     assert table["item_ids"][1] == popular and table["scores"][1] is None
     assert all(len(table["scores"][row]) == 4 and table["item_ids"][row] != popular for row in (0, 2))
+    assert table["fallback"] == [False, True, False]  # marked: it was only told by its null scores
+    assert ("1 of 3 users had no training history: they got the 4 most popular training items (fallback, scores "
+            "null)") in done.stderr  # was "(cold-start answers)"
 
 
 def test_every_entry_point_takes_a_model_directory(run_dir, tmp_path):
