@@ -6,7 +6,10 @@ memory, not the whole catalogue.
 
 The self-check queries are the user tower's embeddings of a seeded sample of training users (their stored
 histories), i.e. the queries the server will actually send; item vectors stand in only when the run has no user tower
-or no training data. The index metric is the run's (``dot`` -> inner product, ``cosine``), its model version the run's.
+or no training data. The histories are read through the tower's training vocabulary, as serving reads them
+(``CandidateGenerator.vocabulary``: a catalogue refresh's ``vocab/training_items.parquet``, else the catalogue), so an
+item a refresh removed from the catalogue still counts in the histories that hold it. The index metric is the run's
+(``dot`` -> inner product, ``cosine``), its model version the run's.
 
 A run whose manifest says ``item_similarity: score_correlation`` (the cold head's two blocks of item vectors) also
 gets its item-to-item index, ``index/similar/`` (``retrieval.index.similar``), from the same sample of user vectors.
@@ -30,7 +33,8 @@ from retrieval.index.source import ParquetVectors
 
 def user_queries(encoder, histories: UserHistories, id_map: IdMap, count: int, seed: int,
                  max_history: Optional[int] = None) -> np.ndarray:
-    """User-tower embeddings [<= count, d] of a seeded sample of training users, from their stored histories."""
+    """User-tower embeddings [<= count, d] of a seeded sample of training users, from their stored histories
+    (indices of ``id_map``, the items the tower reads)."""
     rows = histories.sample(count, seed)
     return encoder.encode(histories.user_ids[rows].tolist(),
                           [id_map.ids_of(histories.history(r)[:max_history]).tolist() for r in rows])
@@ -64,10 +68,12 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
     queries = None
     if paths.train_data.is_file() and (encoder is not None or paths.user_tower.is_dir()):
         encoder = encoder if encoder is not None else load_user_encoder(paths.user_tower)
-        histories = UserHistories.from_parquet(paths.train_data, id_map,
+        vocabulary = (IdMap(Vocabulary.load(paths.training_item_vocab).ids[NUM_RESERVED:])
+                      if paths.training_item_vocab.is_file() else id_map)  # what the user tower reads
+        histories = UserHistories.from_parquet(paths.train_data, vocabulary,
                                                _user_sample(paths, num_check_queries, seed))
         if len(histories):
-            queries = user_queries(encoder, histories, id_map, num_check_queries, seed,
+            queries = user_queries(encoder, histories, vocabulary, num_check_queries, seed,
                                    int(manifest.get("max_history") or 0) or None)
     options = {"factory": factory, "recall_floor": recall_floor, "recall_k": recall_k,
                "num_check_queries": num_check_queries, "search_params": search_params, "seed": seed,

@@ -75,3 +75,24 @@ def test_a_new_item_in_a_request_history_is_reported_unused_and_changes_nothing(
     gone = refreshed.recommend(history=[removed], k=5)
     assert (gone.history_source, gone.history_used, gone.unknown_history) == ("request", 1, ())
     assert removed not in gone.item_ids
+
+
+def test_the_index_self_check_queries_read_histories_as_serving_does(runs, monkeypatch):
+    """``build_run_index`` read the self-check users' histories through the catalogue: an item a refresh removed
+    vanished from them, so a refreshed run's self-check did not send the queries its server sends."""
+    from retrieval.index import run_index
+
+    _, refreshed, _ = runs
+    sent = []
+
+    def build_index(vectors, id_map, queries=None, **options):
+        sent.append(queries)
+        return real(vectors, id_map, queries=queries, **options)
+
+    real = run_index.build_index
+    monkeypatch.setattr(run_index, "build_index", build_index)
+    users = len(refreshed.histories)
+    run_index.build_run_index(refreshed.run_dir, save=False, encoder=refreshed.encoder, num_check_queries=users)
+    served = run_index.user_queries(refreshed.encoder, refreshed.histories, refreshed.vocabulary, users, 0,
+                                    refreshed.max_history)
+    np.testing.assert_allclose(sent[0], served, rtol=1e-5)
