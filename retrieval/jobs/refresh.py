@@ -36,8 +36,10 @@ A refused self-check or canary is ``GateError`` (exit 3): ``latest`` stays where
 and retention removes them like any finished run.
 
 What a refresh does not change: the user tower, whose id vocabulary is the training run's. An item added by a
-refresh is a candidate for everyone at once, but in a request's history it is ignored (unknown id) until a retrain
-knows it; catalogue items that were cold at training time count in histories through their features.
+refresh is a candidate for everyone at once, but the tower cannot read it in a request's history until a retrain
+knows it: serving reports it in the answer's ``unknown_history``, does not count it in ``history_used``, and still
+excludes it from the answer (``retrieval.serving.generator``). An item a refresh removed still counts in the
+histories that hold it; catalogue items that were cold at training time count in histories through their features.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class RefreshOutcome:
     latest_moved: bool
     seconds: float
     resumed: bool  # a refresh of the same table that a kill had stopped was finished
-    checked: list[str]  # what the gate compared (index self-check, canary)
+    checked: list[str]  # the gate's gate.mark-ed lines (index self-check, canary, lineage)
 
 
 def read_table(path: str, id_column: str, specs: list[features.FeatureSpec]) -> pd.DataFrame:
@@ -378,12 +380,13 @@ class _RefreshRun:
         reasons = [summary["refused"] for summary in (index, canary) if "refused" in summary]
         lineage, parent = self.model_dir.lineage_of_run(self.paths.root.name), self.plan.parent.root.name
         current = _published_run(self.model_dir, lineage)
-        if current not in (parent, self.paths.root.name):
+        if current in (parent, self.paths.root.name):
+            checked_lineage = gate.mark(gate.PASS, f"lineage {lineage} still publishes {current}")
+        else:
             reasons.append(f"lineage {lineage} published {current} while refreshing from {parent}; refresh that one")
-        check = index.get("self_check") or {}
-        checked = [f"index self-check recall@{check['k']} {check['recall']:.4f} vs floor {check['floor']:.4f}"
-                   if check else "index self-check: refused", _canary_line(canary)]
-        return gate.GateDecision(not reasons, reasons, checked).as_dict()
+            checked_lineage = gate.mark(gate.FAIL, f"lineage {lineage} published {current}, not {parent}")
+        return gate.GateDecision(not reasons, reasons, [_index_line(index), _canary_line(canary),
+                                                        checked_lineage]).as_dict()
 
     def _discard(self, decision: dict) -> None:
         """Removes a refused refresh's files (links, vectors, index: up to the size of the catalogue's vectors)
@@ -394,15 +397,28 @@ class _RefreshRun:
         artifacts.write_json(self.paths.manifest, manifest)
 
 
+def _index_line(index: dict) -> str:
+    """The index stage's summary as a gate's ``checked`` line, marked as the training gate marks its checks
+    (``gate.mark``): ``[pass]`` with the self-check's recall against its floor, ``[FAIL]`` when it refused."""
+    check = index.get("self_check") or {}
+    if "refused" in index or not check:
+        return gate.mark(gate.FAIL, "index self-check: refused")
+    return gate.mark(gate.PASS, f"index self-check recall@{check['k']} {check['recall']:.4f} vs floor "
+                                f"{check['floor']:.4f}")
+
+
 def _canary_line(canary: dict) -> str:
-    """What the canary measured, in one line (a gate's ``checked`` entry)."""
+    """What the canary measured, in one marked line (a gate's ``checked`` entry): ``[FAIL]`` when it refused,
+    ``[skip]`` when it did not run or had too few items for its quality check, else ``[pass]`` with its recall."""
     quality = canary.get("quality") or {}
-    if "refused" in canary or "skipped" in canary:
-        return f"canary: {canary.get('refused') or canary.get('skipped')}"
+    if "refused" in canary:
+        return gate.mark(gate.FAIL, f"canary: {canary['refused']}")
+    if "skipped" in canary:
+        return gate.mark(gate.SKIP, f"canary: {canary['skipped']}")
     if "skipped" in quality:
-        return f"canary passed; its quality check skipped: {quality['skipped']}"
-    return (f"canary recall@{quality['k']} {quality['recall']:.4f} vs floor {quality['floor']:.4f} on "
-            f"{quality['users']} users")
+        return gate.mark(gate.SKIP, f"canary passed; its quality check skipped: {quality['skipped']}")
+    return gate.mark(gate.PASS, f"canary recall@{quality['k']} {quality['recall']:.4f} vs floor "
+                                f"{quality['floor']:.4f} on {quality['users']} users")
 
 
 def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Optional[float] = None,

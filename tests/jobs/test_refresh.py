@@ -178,15 +178,23 @@ def test_a_refused_refresh_keeps_only_its_record(model_dir, trained, monkeypatch
     assert sorted(path.name for path in (model_dir / refused).iterdir()) == [".lock", "manifest.json", "stages"]
     manifest = artifacts.read_json(model_dir / refused / "manifest.json")
     assert manifest["status"] == "rejected" and not manifest["gate"]["passed"]
+    assert manifest["gate"]["checked"][1] == ("[FAIL] canary: the serving canary refused the refreshed run: the user "
+                                              "tower returns non-finite vectors for 3 of 300 sample users")
     directory = ModelDirectory(model_dir)
     assert directory.latest_run_id() == "trained" and refused in directory.finished_runs()  # retention may remove it
 
 
 def test_a_catalogue_too_small_for_the_canary_says_so(model_dir, trained, tmp_path):
+    """...and the gate's lines are marked as the training gate's are (``gate.mark``: they were not)."""
     done = run_refresh(model_dir, trained[1].iloc[:20], tmp_path, "--allow_large_change")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert ("canary passed; its quality check skipped: 20 catalogue items are too few for a recall@20 check: random "
-            "answers would find about 100% of the held-out items (at least 80 items needed)") in done.stdout
+    lines = done.stdout.splitlines()
+    checked = lines[lines.index("gate passed:") + 1:][:3]
+    assert checked[0].startswith("  [pass] index self-check recall@") and " vs floor " in checked[0]
+    assert checked[1] == ("  [skip] canary passed; its quality check skipped: 20 catalogue items are too few for a "
+                          "recall@20 check: random answers would find about 100% of the held-out items (at least 80 "
+                          "items needed)")
+    assert checked[2].startswith("  [pass] lineage ") and checked[2].endswith(" still publishes trained")
 
 
 def test_the_dump_training_read_refreshes_its_run(model_dir, trained, tmp_path):
