@@ -36,6 +36,7 @@ CI_METRICS = ("recall", "ndcg")  # retrieval.evaluation.evaluator: metrics with 
 OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
+TEACHER_WHEN = ("always", "item_item_leads")  # retrieval.jobs.tuning: when train.teacher_items trains the towers
 SPARSE_UPDATES = ("auto", "on", "off")
 PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
 PS_TIMEOUT_S = 120.0  # retrieval.parameter_server: the default wait for a lost task (train.ps_timeout_s)
@@ -92,6 +93,11 @@ TRAIN = Section("train", (
         "Set data held in memory: each user's top N unseen items under the run's RP3beta (its parameters tuned on the "
         "automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training targets, "
         "their histories the user's own items (retrieval.jobs.teacher). 0: no teacher."),
+    Key("teacher_when", "always", one_of(TEACHER_WHEN),
+        'With train.teacher_items: "always", or "item_item_leads": the towers are tuned without the teacher first, and '
+        "again with it only when the run's tuned RP3beta reads a higher validation recall than their best epoch; the "
+        "better of the two on the holdout is kept, and the refit follows it (retrieval/jobs/tuning.py, tune; needs the "
+        "automatic holdout, else no teacher)."),
     Key("time_budget_s", 0.0, number(0, 7 * 86_400),
         "Seconds the whole run should take (0: no budget, train.epochs epochs): the baselines are tuned before training "
         "and the rest of the run is estimated, then training measures its first epoch and takes as many epochs as the "

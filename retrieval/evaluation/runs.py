@@ -136,11 +136,18 @@ def _tune_baselines(paths: artifacts.RunPaths, catalogue: np.ndarray, train: Opt
     return tuned, baseline_tuning.protocol(holdout, tuned, settings["baseline_budget_s"])
 
 
-def tuned_params(run_dir, name: str, catalogue: np.ndarray) -> dict:
-    """The parameters of baseline ``name`` as the run's evaluation uses them: tuned on the run's holdout with the
-    run's ``eval`` settings (and kept for the evaluation, see :func:`_tune_baselines`), else its defaults."""
+def tuned_baseline(run_dir, name: str, catalogue: np.ndarray) -> Optional[baseline_tuning.Tuned]:
+    """Baseline ``name`` tuned on the run's holdout with the run's ``eval`` settings (and kept for the evaluation,
+    see :func:`_tune_baselines`); None when it cannot be (no holdout, not tunable)."""
     tuned, _ = _tune_baselines(artifacts.RunPaths(run_dir), catalogue, None, _settings(run_dir), [name])
-    return dict(tuned[name].params) if name in tuned else dict(baselines_lib.BASELINES[name].defaults)
+    return tuned.get(name)
+
+
+def tuned_params(run_dir, name: str, catalogue: np.ndarray) -> dict:
+    """The parameters of baseline ``name`` as the run's evaluation uses them (:func:`tuned_baseline`), else its
+    defaults."""
+    tuned = tuned_baseline(run_dir, name, catalogue)
+    return dict(tuned.params) if tuned is not None else dict(baselines_lib.BASELINES[name].defaults)
 
 
 def tune_baselines(run_dir, catalogue: np.ndarray) -> tuple[list[str], dict]:

@@ -9,7 +9,8 @@ then measures its first epoch (``training.PlanEpochs``) and takes as many epochs
 (:meth:`TimeBudget.epochs`): the tuning phase keeps room for the refit after it (a warm refit's fixed epochs, or a
 refit from scratch as long as the tuning), and early stopping still ends it sooner. The cosine spans the planned
 epochs, so a shorter run still anneals. The budget is a target, not a guarantee: the estimates are on the safe
-side of a 2-core machine, and the run never stops mid-stage for it.
+side of a 2-core machine, and the run never stops mid-stage for it; a second tuning with the teacher
+(``train.teacher_when``) is not planned for.
 """
 
 from __future__ import annotations

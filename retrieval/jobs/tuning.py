@@ -30,7 +30,8 @@ from retrieval import artifacts
 from retrieval.data import handoff, prepare
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.jobs import budget as budget_lib
-from retrieval.jobs import config_checks, teacher
+from retrieval.jobs import config_checks
+from retrieval.jobs import teacher as teacher_lib
 from retrieval.jobs import warm_start as warm_start_lib
 
 if TYPE_CHECKING:  # TensorFlow loads only when training runs
@@ -101,20 +102,86 @@ def final_model(run: TrainingRun) -> Any:
 
 def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     """Phase 1: the tuning record (None without a holdout) and the model tuned now (None when an earlier attempt
-    recorded it)."""
+    recorded it).
+
+    With ``train.teacher_when = "item_item_leads"`` (and a teacher, ``train.teacher_items``, on set data held in
+    memory), the towers are tuned without the teacher first; when the run's tuned RP3beta reads a higher validation
+    recall than their best epoch (the report's baseline, tuned on the same holdout: ``runs.tuned_baseline``), they
+    are tuned again with it (``checkpoints/tuning/teacher``), and the variant with the better best epoch is kept. The
+    record says which (``teacher``, ``teacher_trial``); the refit and the export follow it (``_choice``). So the
+    teacher costs a second tuning only where an item-item walk leads, and is kept only where it wins on the holdout
+    (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta leads; -0.001 on Yelp2018, where it does
+    not)."""
     if run.data.holdout is None:
         return None, None
     record = run.tuning_checkpoints / "record.json"
     if record.exists():
         return artifacts.read_json(record), None
-    model, result = fit(run, "tuning")
+    t = run.config.train
+    tuned, model = _tune_variant(run, _teacher_always(run), run.tuning_checkpoints)
+    tuned["teacher"] = _teacher_always(run)
+    if t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set and not run.data.streamed:
+        rp3beta = _rp3beta_validation(run)
+        if rp3beta is not None and rp3beta > tuned["best_metric"]:
+            logging.info("teacher: the tuned RP3beta reads %s %.4f on the holdout, above the towers' %.4f: tuning "
+                         "them again with its top %d items per user", t.eval_metric_name, rp3beta,
+                         tuned["best_metric"], t.teacher_items)
+            taught, taught_model = _tune_variant(run, True, run.tuning_checkpoints / TEACHER_DIR)
+            trial = {"rp3beta": rp3beta, "without": tuned["best_metric"], "with": taught["best_metric"],
+                     "kept": bool(taught["best_metric"] > tuned["best_metric"])}
+            logging.info("teacher: %s on the holdout (%.4f with it, %.4f without)",
+                         "kept" if trial["kept"] else "not kept", trial["with"], trial["without"])
+            if trial["kept"]:
+                tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR}, taught_model
+            tuned["teacher_trial"] = trial
+        elif rp3beta is not None:
+            logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
+                         t.eval_metric_name, tuned["best_metric"], rp3beta)
+    artifacts.write_json(record, tuned)
+    return tuned, model
+
+
+TEACHER_DIR = "teacher"  # under checkpoints/tuning: the towers tuned again with the teacher
+
+
+def _tune_variant(run: TrainingRun, teacher: bool, directory: Path) -> tuple[dict, Any]:
+    """One tuning of the towers (with or without the teacher) in its own checkpoint ``directory``, its record kept
+    there (``variant.json``) so that a resumed run does not train it again; the model when trained now."""
+    path = directory / "variant.json"
+    if path.exists():
+        return artifacts.read_json(path), None
+    model, result = fit(run, "tuning", teacher=teacher, checkpoints=directory)
     tuned = {"best_epoch": result.best_epoch, "best_metric": result.best_metric, "steps": result.step,
              "stopped_early": result.stopped_early, "best_learning_rate": result.best_learning_rate,
              "history": result.history}
-    logging.info("tuning on the automatic holdout: best %s %.4f at epoch %s", run.config.train.eval_metric_name,
-                 result.best_metric or float("nan"), result.best_epoch)
-    artifacts.write_json(record, tuned)
+    logging.info("tuning on the automatic holdout%s: best %s %.4f at epoch %s", " with the teacher" if teacher else "",
+                 run.config.train.eval_metric_name, result.best_metric or float("nan"), result.best_epoch)
+    artifacts.write_json(path, tuned)
     return tuned, model
+
+
+def _teacher_always(run: TrainingRun) -> bool:
+    """Whether the configured teacher trains every phase (``train.teacher_when = "always"``)."""
+    return bool(run.config.train.teacher_items) and run.config.train.teacher_when == "always"
+
+
+def _choice(run: TrainingRun) -> tuple[bool, Path]:
+    """The variant the phases after tuning follow: whether it trained with the teacher, and its checkpoint directory
+    (the tuning record's; before it, or without a holdout, the config's)."""
+    record = run.tuning_checkpoints / "record.json"
+    tuned = artifacts.read_json(record) if record.exists() else {}
+    return bool(tuned.get("teacher", _teacher_always(run))), run.tuning_checkpoints / tuned.get("checkpoints", "")
+
+
+def _rp3beta_validation(run: TrainingRun) -> Optional[float]:
+    """The run's tuned RP3beta's validation recall at the early-stopping cut-off (None: not tuned, or at another
+    cut-off). The tuning is the report's (kept in the run), on a seeded sample of the same holdout."""
+    from retrieval.evaluation import runs
+
+    tuned = runs.tuned_baseline(run.paths.root, "rp3beta", run.vocabularies()[0].ids)
+    if tuned is None or tuned.value is None or tuned.metric != f"recall@{run.config.train.eval_k}":
+        return None
+    return float(tuned.value)
 
 
 def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
@@ -130,12 +197,13 @@ def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
     return fit(run, "refit", epochs=tuned["best_epoch"] or t.epochs)
 
 
-def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
-        warm_learning_rate: Optional[float] = None) -> tuple[Any, FitResult]:
+def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None,
+        teacher: Optional[bool] = None, checkpoints: Optional[Path] = None) -> tuple[Any, FitResult]:
     """Builds the model and trains it (resuming from the phase's checkpoints): ``final`` (the configured run),
     ``tuning`` (the training data minus the holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all
     training data for ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuned weights at
-    that learning rate). Returns the model and its ``training.FitResult``."""
+    that learning rate). ``teacher`` and ``checkpoints`` (a tuning variant's, see :func:`tune`) default to the
+    tuned variant's (``_choice``). Returns the model and its ``training.FitResult``."""
     from retrieval import training
     from retrieval.evaluation import runs
 
@@ -145,9 +213,11 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
     item_vocab, user_vocab = run.vocabularies()
     config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
     tuning = phase == "tuning"
+    chosen_teacher, chosen_checkpoints = _choice(run)
+    teacher = chosen_teacher if teacher is None else teacher
     examples = run.data.load_examples(paths, c, tuning=tuning)
-    if c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
-        examples = examples.with_teacher(*teacher.pairs(
+    if teacher and c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
+        examples = examples.with_teacher(*teacher_lib.pairs(
             examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
             runs.tuned_params(paths.root, "rp3beta", item_vocab.ids)))
     logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if run.data.is_set else "next-item",
@@ -158,7 +228,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None,
         train_config.epochs, train_config.early_stopping_patience = int(epochs), 0
         if warm_learning_rate is not None:
             train_config.learning_rate = float(warm_learning_rate)
-    checkpoints = run.tuning_checkpoints if tuning else paths.checkpoints
+    checkpoints = checkpoints or (chosen_checkpoints if tuning else paths.checkpoints)
     make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab)
     model = make_model()
     if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
@@ -244,11 +314,13 @@ def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None
 
 
 def _latest_tuning_checkpoint(run: TrainingRun) -> str:
+    """The last checkpoint of the tuned variant (``_choice``)."""
     import tensorflow as tf
 
-    latest = tf.train.latest_checkpoint(str(run.tuning_checkpoints))
+    directory = _choice(run)[1]
+    latest = tf.train.latest_checkpoint(str(directory))
     if latest is None:
-        raise FileNotFoundError(f"no tuning checkpoint under {run.tuning_checkpoints} to refit from")
+        raise FileNotFoundError(f"no tuning checkpoint under {directory} to refit from")
     return latest
 
 

@@ -189,3 +189,27 @@ def test_early_stopping_in_tuning_ranks_the_items_warm_in_the_tuning_part(log_pa
     assert item_vocab.warm[index] and not tuned.warm[index]
     np.testing.assert_array_equal(seen["vocab"].warm, tuned.warm)
     np.testing.assert_array_equal(seen["vocab"].ids, item_vocab.ids)
+
+
+@pytest.mark.parametrize("rp3beta", [1.0, 0.0])
+def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wins(log_path, tmp_path, monkeypatch,
+                                                                                    rp3beta):
+    """train.teacher_when = "item_item_leads": a second tuning with the teacher only when the tuned RP3beta's
+    holdout recall is above the towers' best; the better variant is recorded, and the refit continues its weights."""
+    monkeypatch.setattr(tuning, "_rp3beta_validation", lambda run: rp3beta)
+    sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
+            "train.epochs": 2, "train.refit_epochs": 1, "train.teacher_items": 2,
+            "train.teacher_when": "item_item_leads"}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "taught")
+    job.run()
+    record = job.stages.summary("train")["tuning"]
+    taught = job.paths.checkpoints / "tuning" / tuning.TEACHER_DIR
+    if rp3beta == 0.0:  # the towers lead: no second tuning, no teacher
+        assert "teacher_trial" not in record and not record["teacher"] and not taught.exists()
+        return
+    trial = record["teacher_trial"]
+    assert trial["rp3beta"] == 1.0 and taught.joinpath("variant.json").exists()
+    assert trial["kept"] == (trial["with"] > trial["without"]) == record["teacher"]
+    assert record["best_metric"] == max(trial["with"], trial["without"])
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    assert tuning._latest_tuning_checkpoint(run).startswith(str(taught if trial["kept"] else taught.parent))
