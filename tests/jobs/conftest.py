@@ -1,8 +1,16 @@
 """Fixtures shared by the job tests: a small synthetic log with item and user feature tables."""
 
+import numpy as np
 import pytest
 
 from retrieval.data import synthetic
+
+TITLE_WORDS = np.array(["red", "blue", "tent", "boot", "lamp", "desk", "cup", "rope"])
+
+
+def random_titles(rng: np.random.Generator, n: int) -> list[str]:
+    """``n`` two-word titles drawn from :data:`TITLE_WORDS` (a text feature for the catalogue tests)."""
+    return [" ".join(rng.choice(TITLE_WORDS, 2)) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from retrieval.errors import InputError
 from retrieval.jobs.job import TrainingJob
 from retrieval.jobs.publish import ModelDirectory
 from retrieval.jobs.refresh import refresh
+from tests.jobs.conftest import random_titles
 from tests.jobs.test_pipeline_job import make_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,11 +28,10 @@ def catalogue_dir(log_path, tmp_path_factory):
     directory = tmp_path_factory.mktemp("catalogue")
     items = pd.read_csv(log_path / "items.csv")
     rng = np.random.default_rng(0)
-    words = np.array(["red", "blue", "tent", "boot", "lamp", "desk", "cup", "rope"])
     new = pd.DataFrame({"item_id": [f"cold{k}" for k in range(COLD)],
                         "genres": rng.choice(items["genres"].to_numpy(), COLD)})
     table = pd.concat([items, new], ignore_index=True)
-    table["title"] = [" ".join(rng.choice(words, 2)) for _ in range(len(table))]
+    table["title"] = random_titles(rng, len(table))
     table.to_csv(directory / "items.csv", index=False)
     (directory / "interactions.csv").symlink_to(log_path / "interactions.csv")
     return directory

@@ -15,6 +15,7 @@ from retrieval import artifacts
 from retrieval.errors import GateError
 from retrieval.jobs.job import TrainingJob
 from retrieval.jobs.publish import ModelDirectory
+from tests.jobs.conftest import random_titles
 from tests.jobs.test_pipeline_job import make_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,9 +27,7 @@ def trained(log_path, tmp_path_factory):
     """A published catalogue run (item table of genres and titles) and its table; tests refresh copies of it."""
     directory = tmp_path_factory.mktemp("catalogue")
     items = pd.read_csv(log_path / "items.csv")
-    rng = np.random.default_rng(0)
-    words = np.array(["red", "blue", "tent", "boot", "lamp", "desk", "cup", "rope"])
-    items["title"] = [" ".join(rng.choice(words, 2)) for _ in range(len(items))]
+    items["title"] = random_titles(np.random.default_rng(0), len(items))
     items.to_csv(directory / "items.csv", index=False)
     config = make_config(log_path, **{"data.item_features_path": str(directory / "items.csv"),
                                       "data.item_features": "genres:multi,title:text", "train.epochs": 3,

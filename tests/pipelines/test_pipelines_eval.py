@@ -34,13 +34,18 @@ def test_evaluate_cli_writes_the_report(run_dir):
     assert (run_dir / "report.md").exists() and (run_dir / "recall_at_k.png").exists()
 
 
-def test_recommend_cli_and_input_errors(run_dir, tmp_path):
-    (tmp_path / "users.txt").write_text("u01\nu02\n")
+def _recommend(run_dir, tmp_path, users: list, k: int):
+    """``pipelines.recommend`` for ``users`` (a --users file): its output table (as a dict) and the finished process."""
+    (tmp_path / "users.txt").write_text("\n".join(users) + "\n")
     out = tmp_path / "recs.parquet"
-    done = _run("pipelines.recommend", f"--run_dir={run_dir}", "--k=3", f"--output={out}",
+    done = _run("pipelines.recommend", f"--run_dir={run_dir}", f"--k={k}", f"--output={out}",
                 f"--users={tmp_path / 'users.txt'}")
     assert done.returncode == 0, done.stderr[-2000:]
-    table = pq.read_table(out).to_pydict()
+    return pq.read_table(out).to_pydict(), done
+
+
+def test_recommend_cli_and_input_errors(run_dir, tmp_path):
+    table, _ = _recommend(run_dir, tmp_path, ["u01", "u02"], k=3)
     assert table["user_id"] == ["u01", "u02"] and [len(x) for x in table["item_ids"]] == [3, 3]
     shards = tmp_path / "recs"
     done = _run("pipelines.recommend", f"--run_dir={run_dir}", "--k=3", f"--output={shards}", "--sharded",
@@ -59,12 +64,7 @@ def test_recommend_answers_a_user_absent_from_training_with_the_most_popular_ite
     issue 50), marked in the ``fallback`` column; the known users' answers are the model's."""
     from retrieval.serving.generator import most_popular
 
-    (tmp_path / "users.txt").write_text("u01\nnobody\nu02\n")
-    out = tmp_path / "recs.parquet"
-    done = _run("pipelines.recommend", f"--run_dir={run_dir}", "--k=4", f"--output={out}",
-                f"--users={tmp_path / 'users.txt'}")
-    assert done.returncode == 0, done.stderr[-2000:]
-    table = pq.read_table(out).to_pydict()
+    table, done = _recommend(run_dir, tmp_path, ["u01", "nobody", "u02"], k=4)
     catalogue = pq.read_table(run_dir / "item_embeddings.parquet").column("item_id").to_pylist()
     counts = pq.read_table(run_dir / "data" / "train.parquet").to_pandas()["item_id"].value_counts()
     popular = [catalogue[i] for i in most_popular(counts.reindex(catalogue).fillna(0).to_numpy())[:4]]
