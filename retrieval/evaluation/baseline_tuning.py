@@ -142,10 +142,12 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
          seed: int = 0, defaults: Optional[Mapping[str, float]] = None,
          memory_mb: float = baselines_lib.BASELINE_MEMORY_MB, exclude_train: bool = True,
          max_block_bytes: int = 256 << 20, grid: Optional[Mapping[str, Sequence[float]]] = None,
-         clock: Callable[[], float] = time.monotonic) -> Tuned:
+         clock: Callable[[], float] = time.monotonic,
+         progress_interval_s: float = evaluator.PROGRESS_INTERVAL_S) -> Tuned:
     """Tunes baseline ``name`` on ``holdout`` (see the module docstring); ``defaults``: parameters overriding the
     registry's defaults (the config's EASE^R lambda), kept when nothing can be tried; ``grid``: the values to try
-    per parameter instead of the baseline's grid (a parameter it leaves out keeps its default)."""
+    per parameter instead of the baseline's grid (a parameter it leaves out keeps its default). A fit that runs
+    longer than ``progress_interval_s`` logs a line at every interval (``evaluator.heartbeat``)."""
     baseline = baselines_lib.BASELINES[name]
     default = baselines_lib.params_of(name, defaults)
     metric = f"recall@{k}"
@@ -179,11 +181,14 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
                           f"{budget_s:g} (the next fit: about {_seconds(estimate)} s); the best so far kept")
             break
         fit_start = clock()
-        scorers = baselines_lib.fit(name, training, group)
-        for index, point in enumerate(group):
-            value = score(scorers[index], holdout, rows, relevant, k, exclude_train, max_block_bytes)
-            scorers[index] = None  # its sparse matrix goes now, not with the group
-            tuned.points.append({**point, metric: value})
+        with evaluator.heartbeat(f"tuning baseline {name}, fit {len(measured) + 1} of {len(groups)} "
+                                 f"({len(group)} point{'s' if len(group) > 1 else ''}, {len(rows):,} validation "
+                                 "users)", progress_interval_s):
+            scorers = baselines_lib.fit(name, training, group)
+            for index, point in enumerate(group):
+                value = score(scorers[index], holdout, rows, relevant, k, exclude_train, max_block_bytes)
+                scorers[index] = None  # its sparse matrix goes now, not with the group
+                tuned.points.append({**point, metric: value})
         measured.append(clock() - fit_start)
     best = max(tuned.points, key=lambda point: point[metric])  # the first of equals: the defaults win a tie
     tuned.params = {param: best[param] for param in default}

@@ -237,3 +237,21 @@ def test_trailing_line_format_and_silence_when_ahead():
     assert summary.headline_table(metrics).endswith("\n\n" + summary.trailing_line(metrics))
     ahead = {**metrics, "recall@20": 0.18}
     assert summary.trailing_line(ahead) is None and "trails" not in summary.headline_table(ahead)
+
+
+def test_a_long_tuning_fit_logs_a_line_every_interval(planted, monkeypatch, caplog):
+    """EASE^R's tuning fits ran 35 s without a line where the guide promises one every 30 s."""
+    import time
+
+    original = baselines.BASELINES["rp3beta"]
+
+    def slow_fit(training, points):
+        time.sleep(2.5)
+        return original.fit(training, points)
+
+    monkeypatch.setitem(baselines.BASELINES, "rp3beta", dataclasses.replace(original, fit=slow_fit))
+    with caplog.at_level(logging.INFO, logger="absl"):
+        baseline_tuning.tune("rp3beta", planted, k=2, grid={"a": (0.5,), "b": (1.0,), "k": (50,)}, budget_s=100,
+                             progress_interval_s=1.0)
+    beats = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert len(beats) >= 2 and beats[0].startswith("evaluation: tuning baseline rp3beta, fit 1 of 2 (1 point, ")
