@@ -41,6 +41,10 @@ def main(argv: Sequence[str]) -> None:
     # after moving a link is completed first, and then the run to refresh from is the one it published.
     outcome = refresh(_RUN.watched(), _TABLE.value, canary=_CANARY.value,
                       allow_large_change=_ALLOW_LARGE_CHANGE.value)
+    if outcome.unchanged:
+        print(f"nothing to refresh: {outcome.run_dir} already publishes a table with the same contents as "
+              f"{_TABLE.value} (no new run)")
+        return
     print("gate passed:", *outcome.checked, sep="\n  ")
     where = "latest" if outcome.latest_moved else "its lineage's latest (latest stays on another lineage)"
     print(f"published catalogue refresh {outcome.run_dir} as {where}: {outcome.items} items ({outcome.new} new, "

@@ -93,6 +93,7 @@ class RefreshOutcome:
     seconds: float
     resumed: bool  # a refresh of the same table that a kill had stopped was finished
     checked: list[str]  # the gate's gate.mark-ed lines (index self-check, canary, lineage)
+    unchanged: bool = False  # the published run is a refresh of a table with the same contents: nothing was done
 
 
 def read_table(path: str, id_column: str, specs: list[features.FeatureSpec]) -> pd.DataFrame:
@@ -431,12 +432,19 @@ def refresh(run_dir: str | os.PathLike, table_path: str, *, recall_floor: Option
     with model_dir.publish_lock():
         _finish_interrupted(model_dir)
     plan = _plan(model_dir, str(run_dir), str(table_path), recall_floor, canary, allow_large_change)
+    catalogue = plan.manifest["catalogue"]
+    served = artifacts.read_json(plan.parent.manifest).get("refresh") or {}
+    if served.get("table_sha256") == plan.manifest["refresh"]["table_sha256"]:
+        # An hourly refresh of an unchanged dump: a new run and a reload every hour would change nothing.
+        logging.info("catalogue refresh: %s already publishes a table with the same contents; nothing to do",
+                     plan.parent.root.name)
+        return RefreshOutcome(str(plan.parent.root), served.get("refreshed_from", ""), catalogue["items"], 0, 0,
+                              catalogue["warm"], False, round(time.monotonic() - start, 3), False, [], unchanged=True)
     with contextlib.ExitStack() as held:
         with model_dir.publish_lock():
             run_id, resumed = _claim(model_dir, plan, held)
         print(f"run directory: {model_dir.root / run_id}{' (resumed)' if resumed else ''}", flush=True)
         published = _RefreshRun(model_dir, run_id, plan).run()
-    catalogue = plan.manifest["catalogue"]
     outcome = RefreshOutcome(str(model_dir.root / run_id), plan.parent.root.name, catalogue["items"],
                              catalogue["new"], catalogue["removed"], catalogue["warm"], published["production"],
                              round(time.monotonic() - start, 3), resumed,

@@ -203,3 +203,15 @@ def test_the_dump_training_read_refreshes_its_run(model_dir, trained, tmp_path):
     done = run_refresh(model_dir, grown_by(dump, 4), tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{len(table) + 4} items (4 new, 0 removed" in done.stdout
+
+
+def test_a_refresh_of_an_unchanged_table_publishes_nothing(model_dir, trained, tmp_path):
+    """An hourly refresh of the same dump made a new run and a server reload every hour, changing nothing."""
+    table = grown_by(trained[1], 4)
+    assert run_refresh(model_dir, table, tmp_path).returncode == 0
+    runs = runs_of(model_dir)
+    latest = (model_dir / "latest").resolve()
+    again = run_refresh(model_dir, table, tmp_path)  # another file, the same contents
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().startswith("nothing to refresh: ") and "(no new run)" in again.stdout
+    assert runs_of(model_dir) == runs and (model_dir / "latest").resolve() == latest
