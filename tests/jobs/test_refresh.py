@@ -146,9 +146,10 @@ def test_a_refresh_killed_at_any_point_is_resumed_or_completed(model_dir, traine
     if point in ("embedded", "gate"):  # resumed: the same run, published
         assert "(resumed)" in done.stdout and directory.latest_run_id() == started
         assert runs_of(model_dir) == sorted(["trained", started])
-    else:  # completed first (both links, manifest), then refreshed from
+    else:  # completed first (both links, manifest); the same table then has nothing left to publish
         assert artifacts.read_json(model_dir / started / "manifest.json")["status"] == "published"
-        assert artifacts.read_json(model_dir / "latest" / "manifest.json")["refreshed_from"] == started
+        assert directory.latest_run_id() == started and runs_of(model_dir) == sorted(["trained", started])
+        assert "nothing to refresh: " in done.stdout
 
 
 def test_a_killed_refresh_of_another_table_is_removed(model_dir, trained, tmp_path):
