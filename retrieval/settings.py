@@ -23,6 +23,7 @@ from retrieval.config_keys import (
     Section,
     flag,
     integer,
+    names,
     number,
     one_of,
     text,
@@ -37,6 +38,7 @@ OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 TEACHER_WHEN = ("always", "item_item_leads")  # retrieval.jobs.tuning: when train.teacher_items trains the towers
+VARIANTS = ("softer",)  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
 SPARSE_UPDATES = ("auto", "on", "off")
 PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
 PS_TIMEOUT_S = 120.0  # retrieval.parameter_server: the default wait for a lost task (train.ps_timeout_s)
@@ -98,6 +100,12 @@ TRAIN = Section("train", (
         "again with it only when the run's tuned RP3beta reads a higher validation recall than their best epoch; the "
         "better of the two on the holdout is kept, and the refit follows it (retrieval/jobs/tuning.py, tune; needs the "
         "automatic holdout, else no teacher)."),
+    Key("variants", (), names(VARIANTS),
+        "With the automatic holdout: variants of the configured towers tuned after them, each on the same holdout, the "
+        "one with the highest validation metric kept (the refit and the export follow it; the report says which): "
+        '"softer" doubles model.temperature (retrieval/jobs/variants.py). Tried only where the first tuning took at '
+        "most train.variant_budget_s seconds, so small logs get the choice and large ones keep one tuning."),
+    Key("variant_budget_s", 300.0, number(0, 7 * 86_400)),
     Key("time_budget_s", 0.0, number(0, 7 * 86_400),
         "Seconds the whole run should take (0: no budget, train.epochs epochs): the baselines are tuned before training "
         "and the rest of the run is estimated, then training measures its first epoch and takes as many epochs as the "

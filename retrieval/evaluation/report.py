@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -105,6 +105,23 @@ def _baselines(metrics: Mapping) -> list[str]:
     return lines
 
 
+def _towers_chosen(tuned: Mapping) -> list[str]:
+    """What the tuning tried on the automatic holdout besides the configured towers (the teacher,
+    ``train.variants``) and what it kept (``retrieval.jobs.tuning.tune``); nothing when it tried nothing."""
+    trials = [f"with the RP3beta teacher {_number(trial['with'])} against {_number(trial['without'])} without "
+              f"({'kept' if trial['kept'] else 'not kept'})" for trial in [tuned.get("teacher_trial")] if trial]
+    trials += [f"without a variant {_number(tuned['without_variant'])}"] if tuned.get("variant_trials") else []
+    trials += [f"variant {trial['variant']} {_number(trial['metric'])} ({'kept' if trial['kept'] else 'not kept'})"
+               if trial["tried"] else f"variant {trial['variant']} not tried (the first tuning was over "
+               "train.variant_budget_s)" for trial in tuned.get("variant_trials", [])]
+    if not trials:
+        return []
+    return ["", "## Towers chosen on the holdout", "",
+            f"Validation metric of each tuning: {'; '.join(trials)}. Kept: "
+            f"{tuned.get('variant') or 'the configured towers'}{' with the teacher' if tuned.get('teacher') else ''}, "
+            f"best epoch {tuned.get('best_epoch')} ({_number(tuned.get('best_metric'))}); the refit follows it."]
+
+
 def _cold_items(metrics: Mapping) -> list[str]:
     """The cold catalogue items' section (``evaluation.cold_items``), when the catalogue has any."""
     if not metrics.get("count/cold_items/items"):
@@ -134,9 +151,9 @@ def _cold_items(metrics: Mapping) -> list[str]:
     return lines + _table(["ranked", "system"] + [f"{m}@{k}" for m in ("recall", "ndcg") for k in ks], rows)
 
 
-def render_markdown(metrics: Mapping) -> str:
-    """The Markdown report: protocol, headline table with intervals, the baselines' tuning, all metrics, paired
-    tests, cold start, counts."""
+def render_markdown(metrics: Mapping, train_summary: Optional[Mapping] = None) -> str:
+    """The Markdown report: protocol, headline table with intervals, the baselines' tuning, the towers the tuning
+    chose (from the train stage's ``train_summary``), all metrics, paired tests, cold start, counts."""
     ks, systems = metrics["protocol/ks"], _systems(metrics)
     lines = [f"# Evaluation of run {metrics.get('run_id', '')}".rstrip(), "",
              f"**Protocol:** {metrics.get('protocol', 'not recorded')}. **Ranking:** {metrics['protocol/ranking']}; "
@@ -147,6 +164,7 @@ def render_markdown(metrics: Mapping) -> str:
              f"without training history ({metrics['count/cold_start_users']}) are reported separately.", "",
              "## Headline", ""] + _headline(metrics, "")
     lines += _baselines(metrics)
+    lines += _towers_chosen((train_summary or {}).get("tuning") or {})
     lines += ["", "## All metrics", ""]
     rows = [[f"{m}@{k}"] + [_number(metrics.get(f"{prefix}{m}@{k}")) for _, prefix in systems]
             for m in ALL_METRICS for k in ks]
@@ -251,9 +269,10 @@ def write(run_dir, metrics: Mapping) -> None:
     """Writes ``metrics.json``, ``report.md`` and ``recall_at_k.png`` into ``run_dir`` (``RunPaths`` names), and
     :data:`TRAINING_PLOT` when ``run_dir`` is a run whose train stage recorded its curves."""
     paths = artifacts.RunPaths(run_dir)
-    artifacts.write_json(paths.metrics, dict(metrics))
-    artifacts.write_text(paths.report, render_markdown(metrics))
-    plot_recall(metrics, paths.plot)
     train_stage = paths.stages / "train.json"
-    if train_stage.is_file():
-        plot_training(artifacts.read_json(train_stage)["summary"], paths.root / TRAINING_PLOT)
+    train_summary = artifacts.read_json(train_stage)["summary"] if train_stage.is_file() else None
+    artifacts.write_json(paths.metrics, dict(metrics))
+    artifacts.write_text(paths.report, render_markdown(metrics, train_summary))
+    plot_recall(metrics, paths.plot)
+    if train_summary is not None:
+        plot_training(train_summary, paths.root / TRAINING_PLOT)

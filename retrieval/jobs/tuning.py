@@ -18,6 +18,7 @@ experiments.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -32,6 +33,7 @@ from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.jobs import budget as budget_lib
 from retrieval.jobs import config_checks
 from retrieval.jobs import teacher as teacher_lib
+from retrieval.jobs import variants as variants_lib
 from retrieval.jobs import warm_start as warm_start_lib
 
 if TYPE_CHECKING:  # TensorFlow loads only when training runs
@@ -111,22 +113,23 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     record says which (``teacher``, ``teacher_trial``); the refit and the export follow it (``_choice``). So the
     teacher costs a second tuning only where an item-item walk leads, and is kept only where it wins on the holdout
     (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta leads; -0.001 on Yelp2018, where it does
-    not)."""
+    not). Then each of ``train.variants`` is tuned too where the first tuning was cheap (``_try_variants``)."""
     if run.data.holdout is None:
         return None, None
     record = run.tuning_checkpoints / "record.json"
     if record.exists():
         return artifacts.read_json(record), None
     t = run.config.train
-    tuned, model = _tune_variant(run, _teacher_always(run), run.tuning_checkpoints)
+    tuned, model = _tune_variant(run, Choice(_teacher_always(run), run.tuning_checkpoints))
     tuned["teacher"] = _teacher_always(run)
+    first_seconds = tuned.get("seconds", 0.0)
     if t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set and not run.data.streamed:
         rp3beta = _rp3beta_validation(run)
         if rp3beta is not None and rp3beta > tuned["best_metric"]:
             logging.info("teacher: the tuned RP3beta reads %s %.4f on the holdout, above the towers' %.4f: tuning "
                          "them again with its top %d items per user", t.eval_metric_name, rp3beta,
                          tuned["best_metric"], t.teacher_items)
-            taught, taught_model = _tune_variant(run, True, run.tuning_checkpoints / TEACHER_DIR)
+            taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR))
             trial = {"rp3beta": rp3beta, "without": tuned["best_metric"], "with": taught["best_metric"],
                      "kept": bool(taught["best_metric"] > tuned["best_metric"])}
             logging.info("teacher: %s on the holdout (%.4f with it, %.4f without)",
@@ -137,6 +140,7 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
         elif rp3beta is not None:
             logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
                          t.eval_metric_name, tuned["best_metric"], rp3beta)
+    tuned, model = _try_variants(run, tuned, model, first_seconds)
     artifacts.write_json(record, tuned)
     return tuned, model
 
@@ -144,20 +148,60 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
 TEACHER_DIR = "teacher"  # under checkpoints/tuning: the towers tuned again with the teacher
 
 
-def _tune_variant(run: TrainingRun, teacher: bool, directory: Path) -> tuple[dict, Any]:
-    """One tuning of the towers (with or without the teacher) in its own checkpoint ``directory``, its record kept
-    there (``variant.json``) so that a resumed run does not train it again; the model when trained now."""
-    path = directory / "variant.json"
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Which towers a phase trains: with or without the teacher, the variant of ``train.variants`` (None: the
+    configured towers), and the tuning's checkpoint directory."""
+
+    teacher: bool
+    checkpoints: Path
+    variant: Optional[str] = None
+
+
+def _tune_variant(run: TrainingRun, choice: Choice) -> tuple[dict, Any]:
+    """One tuning of the towers ``choice`` names, in its own checkpoint directory, its record kept there
+    (``variant.json``, with the seconds it took) so that a resumed run does not train it again; the model when trained
+    now."""
+    path = choice.checkpoints / "variant.json"
     if path.exists():
         return artifacts.read_json(path), None
-    model, result = fit(run, "tuning", teacher=teacher, checkpoints=directory)
+    start = time.monotonic()
+    model, result = fit(run, "tuning", choice=choice)
     tuned = {"best_epoch": result.best_epoch, "best_metric": result.best_metric, "steps": result.step,
              "stopped_early": result.stopped_early, "best_learning_rate": result.best_learning_rate,
-             "history": result.history}
-    logging.info("tuning on the automatic holdout%s: best %s %.4f at epoch %s", " with the teacher" if teacher else "",
+             "history": result.history, "seconds": time.monotonic() - start}
+    logging.info("tuning on the automatic holdout%s%s: best %s %.4f at epoch %s",
+                 " with the teacher" if choice.teacher else "", f", variant {choice.variant}" if choice.variant else "",
                  run.config.train.eval_metric_name, result.best_metric or float("nan"), result.best_epoch)
     artifacts.write_json(path, tuned)
     return tuned, model
+
+
+def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: float) -> tuple[dict, Any]:
+    """The tuning record after each of ``train.variants`` was tuned on the same holdout (with the teacher when the
+    towers kept it; ``checkpoints/tuning/<variant>``) and the best of all kept; a variant is tried only when the first
+    tuning took at most ``train.variant_budget_s`` (``first_seconds``), and only with a validation metric to compare.
+    The record gains ``variant`` (the one kept, or None), ``variant_trials`` and ``without_variant`` (the metric before
+    them)."""
+    t = run.config.train
+    if not t.variants or tuned["best_metric"] is None:
+        return tuned, model
+    best, trials = {**tuned, "variant": None}, []
+    for name in t.variants:
+        if first_seconds > t.variant_budget_s:
+            logging.info("variant %s not tried: the first tuning took %.0f s, over train.variant_budget_s = %g s",
+                         variants_lib.describe(run.config, name), first_seconds, t.variant_budget_s)
+            trials.append({"variant": name, "tried": False})
+            continue
+        logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name))
+        trial, trial_model = _tune_variant(run, Choice(bool(tuned["teacher"]), run.tuning_checkpoints / name, name))
+        kept = trial["best_metric"] is not None and trial["best_metric"] > best["best_metric"]
+        logging.info("variant %s: %s on the holdout (%s %.4f, against %.4f)", name, "kept" if kept else "not kept",
+                     t.eval_metric_name, trial["best_metric"] or float("nan"), best["best_metric"])
+        trials.append({"variant": name, "tried": True, "metric": trial["best_metric"], "kept": kept})
+        if kept:
+            best, model = {**best, **trial, "checkpoints": name, "variant": name}, trial_model
+    return {**best, "variant_trials": trials, "without_variant": tuned["best_metric"]}, model
 
 
 def _teacher_always(run: TrainingRun) -> bool:
@@ -165,12 +209,13 @@ def _teacher_always(run: TrainingRun) -> bool:
     return bool(run.config.train.teacher_items) and run.config.train.teacher_when == "always"
 
 
-def _choice(run: TrainingRun) -> tuple[bool, Path]:
-    """The variant the phases after tuning follow: whether it trained with the teacher, and its checkpoint directory
-    (the tuning record's; before it, or without a holdout, the config's)."""
+def _choice(run: TrainingRun) -> Choice:
+    """The towers the phases after tuning follow: the tuning record's choice (before it, or without a holdout, the
+    config's)."""
     record = run.tuning_checkpoints / "record.json"
     tuned = artifacts.read_json(record) if record.exists() else {}
-    return bool(tuned.get("teacher", _teacher_always(run))), run.tuning_checkpoints / tuned.get("checkpoints", "")
+    return Choice(bool(tuned.get("teacher", _teacher_always(run))),
+                  run.tuning_checkpoints / tuned.get("checkpoints", ""), tuned.get("variant"))
 
 
 def _rp3beta_validation(run: TrainingRun) -> Optional[float]:
@@ -198,25 +243,26 @@ def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
 
 
 def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None,
-        teacher: Optional[bool] = None, checkpoints: Optional[Path] = None) -> tuple[Any, FitResult]:
+        choice: Optional[Choice] = None) -> tuple[Any, FitResult]:
     """Builds the model and trains it (resuming from the phase's checkpoints): ``final`` (the configured run),
     ``tuning`` (the training data minus the holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all
     training data for ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuned weights at
-    that learning rate). ``teacher`` and ``checkpoints`` (a tuning variant's, see :func:`tune`) default to the
-    tuned variant's (``_choice``). Returns the model and its ``training.FitResult``."""
+    that learning rate). ``choice`` (the towers a tuning trains, see :func:`tune`) defaults to the tuning record's
+    (``_choice``): its variant's config, its teacher, and while tuning its checkpoint directory. Returns the model and
+    its ``training.FitResult``."""
     from retrieval import training
     from retrieval.evaluation import runs
 
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+    choice = choice or _choice(run)
+    run = dataclasses.replace(run, config=variants_lib.apply(run.config, choice.variant))
     c, paths = run.config, run.paths
     item_vocab, user_vocab = run.vocabularies()
     config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
     tuning = phase == "tuning"
-    chosen_teacher, chosen_checkpoints = _choice(run)
-    teacher = chosen_teacher if teacher is None else teacher
     examples = run.data.load_examples(paths, c, tuning=tuning)
-    if teacher and c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
+    if choice.teacher and c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
         examples = examples.with_teacher(*teacher_lib.pairs(
             examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
             runs.tuned_params(paths.root, "rp3beta", item_vocab.ids)))
@@ -228,7 +274,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
         train_config.epochs, train_config.early_stopping_patience = int(epochs), 0
         if warm_learning_rate is not None:
             train_config.learning_rate = float(warm_learning_rate)
-    checkpoints = checkpoints or (chosen_checkpoints if tuning else paths.checkpoints)
+    checkpoints = choice.checkpoints if tuning else paths.checkpoints
     make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab)
     model = make_model()
     if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
@@ -317,7 +363,7 @@ def _latest_tuning_checkpoint(run: TrainingRun) -> str:
     """The last checkpoint of the tuned variant (``_choice``)."""
     import tensorflow as tf
 
-    directory = _choice(run)[1]
+    directory = _choice(run).checkpoints
     latest = tf.train.latest_checkpoint(str(directory))
     if latest is None:
         raise FileNotFoundError(f"no tuning checkpoint under {directory} to refit from")

@@ -36,6 +36,7 @@ def tiny_overrides(log_dir: Path) -> dict:
         "train.learning_rate": 0.01, "train.log_every_steps": 50, "train.epochs": 20,
         "eval.ks": (10, 20), "eval.bootstrap": 0, "eval.baselines": ("most_popular",), "index.recall_k": 20,
         "gate.floors": "recall@20=0.0", "train.validation_fraction": 0.0,  # the holdout: test_pipeline_tuning.py
+        "train.variants": (),  # tuned beside the configured towers: test_pipeline_tuning.py
     }
 
 

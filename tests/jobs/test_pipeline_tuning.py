@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from retrieval import training
+from retrieval import artifacts, training
 from retrieval.data import handoff, prepare
 from retrieval.jobs import tuning
 from retrieval.jobs.job import TrainingJob
@@ -213,3 +213,36 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
     assert record["best_metric"] == max(trial["with"], trial["without"])
     run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
     assert tuning._latest_tuning_checkpoint(run).startswith(str(taught if trial["kept"] else taught.parent))
+
+
+def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_higher(log_path, tmp_path):
+    """train.variants: the towers are tuned again with the variant's config in their own directory; the record says
+    what each read and which was kept; the refit and the export follow the kept one (its config and checkpoints)."""
+    from retrieval.jobs import variants
+
+    sets = {**TUNING, "train.epochs": 2, "train.refit_epochs": 1, "train.variants": ("softer",)}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "variants")
+    job.run()
+    record = job.stages.summary("train")["tuning"]
+    directory = job.paths.checkpoints / "tuning" / "softer"
+    trial, = record["variant_trials"]
+    configured = artifacts.read_json(job.paths.checkpoints / "tuning" / "variant.json")["best_metric"]
+    assert trial["tried"] and trial["metric"] == artifacts.read_json(directory / "variant.json")["best_metric"]
+    assert trial["kept"] == (trial["metric"] > configured) == (record["variant"] == "softer")
+    assert record["best_metric"] == max(trial["metric"], configured)
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    choice = tuning._choice(run)
+    assert choice.variant == record["variant"]
+    assert tuning._latest_tuning_checkpoint(run).startswith(str(directory if trial["kept"] else directory.parent))
+    assert variants.apply(run.config, "softer").model.temperature == 2 * run.config.model.temperature
+    assert "## Towers chosen on the holdout" in job.paths.report.read_text()
+
+
+def test_a_variant_is_not_tried_where_the_first_tuning_was_over_its_budget(log_path, tmp_path):
+    sets = {**TUNING, "train.epochs": 1, "train.variants": ("softer",), "train.variant_budget_s": 0.0}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "over")
+    job.run()
+    record = job.stages.summary("train")["tuning"]
+    assert record["variant_trials"] == [{"variant": "softer", "tried": False}] and record["variant"] is None
+    assert not (job.paths.checkpoints / "tuning" / "softer").exists()
+    assert "variant softer not tried" in job.paths.report.read_text()
