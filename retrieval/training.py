@@ -237,7 +237,7 @@ class PlanEpochs(tf.keras.callbacks.Callback):
         measured = EpochTime(seconds, self.evaluation.seconds if self.evaluation is not None else 0.0)
         self.epochs = min(max(int(self.plan(measured)), epoch + 1), self.cap)
         total_steps = self.epochs * self.steps_per_epoch
-        self.decay_steps.assign(float(max(total_steps - self.warmup_steps, 1)))
+        self.decay_steps.assign(float(cosine_steps(total_steps, self.warmup_steps)))
         for callback in self.dependents:  # StopAtStep, ProgressLogger
             callback.total_steps = total_steps
             if hasattr(callback, "epochs"):
@@ -276,8 +276,13 @@ def learning_rate(config: ml_collections.ConfigDict, total_steps: int, decay_ste
     alpha = 1.0 if config.schedule == "constant" else float(config.min_learning_rate_ratio)
     return tf.keras.optimizers.schedules.CosineDecay(
         0.0 if warmup else float(config.learning_rate),
-        decay_steps=max(total_steps - warmup, 1) if decay_steps is None else decay_steps, alpha=alpha,
+        decay_steps=cosine_steps(total_steps, warmup) if decay_steps is None else decay_steps, alpha=alpha,
         warmup_target=float(config.learning_rate) if warmup else None, warmup_steps=warmup)
+
+
+def cosine_steps(total_steps: int, warmup_steps: int) -> int:
+    """The cosine's length in a run of ``total_steps``: the steps after the warmup (at least 1)."""
+    return max(int(total_steps) - int(warmup_steps), 1)
 
 
 def learning_rate_at(config: ml_collections.ConfigDict, total_steps: int, step: int) -> float:
