@@ -109,7 +109,7 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     With ``train.teacher_when = "item_item_leads"`` (and a teacher, ``train.teacher_items``, on set data held in
     memory), the towers are tuned without the teacher first; when the run's tuned RP3beta reads a higher validation
     recall than their best epoch (the report's baseline, tuned on the same holdout: ``runs.tuned_baseline``), they
-    are tuned again with it (``checkpoints/tuning/teacher``), and the variant with the better best epoch is kept. The
+    are tuned again with it (``checkpoints/tuning/teacher``), and the tuning with the better best epoch is kept. The
     record says which (``teacher``, ``teacher_trial``); the refit and the export follow it (``_choice``). So the
     teacher costs a second tuning only where an item-item walk leads, and is kept only where it wins on the holdout
     (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta leads; -0.001 on Yelp2018, where it does
@@ -120,8 +120,9 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     if record.exists():
         return artifacts.read_json(record), None
     t = run.config.train
-    tuned, model = _tune_variant(run, Choice(_teacher_always(run), run.tuning_checkpoints))
-    tuned["teacher"] = _teacher_always(run)
+    configured = Choice(_teacher_always(run), run.tuning_checkpoints)
+    tuned, model = _tune_variant(run, configured)
+    tuned["teacher"] = configured.teacher
     first_seconds = tuned.get("seconds", 0.0)
     if t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set and not run.data.streamed:
         rp3beta = _rp3beta_validation(run)
