@@ -38,7 +38,7 @@ OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 TEACHER_WHEN = ("always", "item_item_leads")  # retrieval.jobs.tuning: when train.teacher_items trains the towers
-VARIANTS = ("softer",)  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
+VARIANTS = ("softer", "self_attention")  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
 SPARSE_UPDATES = ("auto", "on", "off")
 PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
 PS_TIMEOUT_S = 120.0  # retrieval.parameter_server: the default wait for a lost task (train.ps_timeout_s)
@@ -103,7 +103,8 @@ TRAIN = Section("train", (
     Key("variants", (), names(VARIANTS),
         "With the automatic holdout: variants of the configured towers tuned after them, each on the same holdout, the "
         "one with the highest validation metric kept (the refit and the export follow it; the report says which): "
-        '"softer" doubles model.temperature (retrieval/jobs/variants.py). Tried only where the first tuning took at '
+        '"softer" doubles model.temperature; "self_attention" (sequences held in memory) trains the self-attentive user '
+        "tower of configs/sequential.py (retrieval/jobs/variants.py). Tried only where the first tuning took at "
         "most train.variant_budget_s seconds, so small logs get the choice and large ones keep one tuning."),
     Key("variant_budget_s", 300.0, number(0, 7 * 86_400)),
     Key("time_budget_s", 0.0, number(0, 7 * 86_400),

@@ -235,6 +235,12 @@ class NextItemExamples:
     def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
         return to_dataset(self.arrays, batch_size, shuffle=shuffle, seed=seed, repeat=repeat)
 
+    def most_recent(self, cap: int) -> NextItemExamples:
+        """At most ``cap`` examples per user, the most recent (the last in the prepared order: by user, then time):
+        ``data.max_examples_per_user`` for a phase that asks for fewer examples than the prepare stage made."""
+        keep = _cap_per_user(self.arrays["user"], np.ones(len(self), bool), cap, "recent", 0)
+        return NextItemExamples({key: value[keep] for key, value in self.arrays.items()})
+
 
 def as_source(examples: ExampleSource | Mapping[str, np.ndarray]) -> ExampleSource:
     """``examples`` as an :class:`ExampleSource` (a mapping of arrays becomes :class:`NextItemExamples`)."""

@@ -112,8 +112,8 @@ def _towers_chosen(tuned: Mapping) -> list[str]:
               f"({'kept' if trial['kept'] else 'not kept'})" for trial in [tuned.get("teacher_trial")] if trial]
     trials += [f"without a variant {_number(tuned['without_variant'])}"] if tuned.get("variant_trials") else []
     trials += [f"variant {trial['variant']} {_number(trial['metric'])} ({'kept' if trial['kept'] else 'not kept'})"
-               if trial["tried"] else f"variant {trial['variant']} not tried (the first tuning was over "
-               "train.variant_budget_s)" for trial in tuned.get("variant_trials", [])]
+               if trial["tried"] else f"variant {trial['variant']} not tried ({trial.get('reason', 'over budget')})"
+               for trial in tuned.get("variant_trials", [])]
     if not trials:
         return []
     return ["", "## Towers chosen on the holdout", "",

@@ -189,10 +189,15 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
         return tuned, model
     best, trials = {**tuned, "variant": None}, []
     for name in t.variants:
+        unsuited = variants_lib.VARIANTS[name].unsuited(run.data)
+        if unsuited:
+            logging.info("variant %s not tried: %s", name, unsuited)
+            trials.append({"variant": name, "tried": False, "reason": unsuited})
+            continue
         if first_seconds > t.variant_budget_s:
-            logging.info("variant %s not tried: the first tuning took %.0f s, over train.variant_budget_s = %g s",
-                         variants_lib.describe(run.config, name), first_seconds, t.variant_budget_s)
-            trials.append({"variant": name, "tried": False})
+            reason = f"the first tuning took {first_seconds:.0f} s, over train.variant_budget_s = {t.variant_budget_s:g} s"
+            logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name), reason)
+            trials.append({"variant": name, "tried": False, "reason": reason})
             continue
         logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name))
         trial, trial_model = _tune_variant(run, Choice(bool(tuned["teacher"]), run.tuning_checkpoints / name, name))
@@ -257,12 +262,15 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
     choice = choice or _choice(run)
+    prepared_cap = run.config.data.max_examples_per_user
     run = dataclasses.replace(run, config=variants_lib.apply(run.config, choice.variant))
     c, paths = run.config, run.paths
     item_vocab, user_vocab = run.vocabularies()
     config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?
     tuning = phase == "tuning"
     examples = run.data.load_examples(paths, c, tuning=tuning)
+    if c.data.max_examples_per_user and c.data.max_examples_per_user != prepared_cap:  # a variant's own examples
+        examples = examples.most_recent(c.data.max_examples_per_user)
     if choice.teacher and c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
         examples = examples.with_teacher(*teacher_lib.pairs(
             examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,

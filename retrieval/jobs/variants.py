@@ -7,8 +7,8 @@ holdout (validation recall@20: the bundled data 0.2797 -> 0.3057, MovieLens-100K
 whose first tuning was cheap (``train.variant_budget_s``) tunes each listed variant as well, and keeps whichever
 reads the highest validation metric (``retrieval.jobs.tuning.tune``); the refit and the export follow the choice.
 
-A variant is a name, one line saying what it changes, and the overrides it makes to the run's config (dotted keys,
-computed from that config). Adding one is a function and a registry line here, and its name in
+A variant is a name, one line saying what it changes, the overrides it makes to the run's config (dotted keys,
+computed from that config) and the data it suits (``unsuited``: why not, or None). Adding one is a function and a registry line here, and its name in
 ``retrieval.settings.VARIANTS`` (the key's rule). Written by hand: none of the dependencies chooses among model
 configurations on a holdout inside a resumable job.
 """
@@ -21,23 +21,64 @@ from typing import Any, Callable, Mapping, Optional
 import ml_collections
 
 from retrieval import settings
+from retrieval.data import handoff
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A named change to the run's config: ``overrides(config)`` maps dotted keys to their values in the variant."""
+    """A named change to the run's config: ``overrides(config)`` maps dotted keys to their values in the variant;
+    ``unsuited(data)`` says why the prepared data cannot use it (None: it can)."""
 
     name: str
     description: str
     overrides: Callable[[ml_collections.ConfigDict], Mapping[str, Any]]
+    unsuited: Callable[[handoff.PreparedData], Optional[str]] = lambda data: None
 
 
 def _softer(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
     return {"model.temperature": 2.0 * float(config.model.temperature)}
 
 
+def _self_attention(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+    """SASRec's tower (Kang and McAuley 2018) as ``configs/sequential.py`` ships it: the causal encoder over the item
+    table it shares with the item tower, every position a target; early-stopped like the recipe, with room for small
+    logs, where an epoch of one example per user is a handful of steps (MovieLens-100K: 4 at batch 256)."""
+    return {
+        "model.user_tower.pooling": "self_attention",
+        # One example per user, its most recent label: with every_position it carries all of the user's next-item
+        # targets (the last max_history + 1 items), SASRec's training.
+        "model.user_tower.sequence.every_position": True,
+        "data.max_examples_per_user": 1,
+        # A shared input / output item table (SASRec's), the encoder's state projected linearly (no hidden layer), at
+        # the recipe's 128 wide: on Beauty's automatic holdout validation HR@20 reached 0.1426 against 0.1371 at
+        # SASRec's 64 (30-epoch schedules), for about twice the CPU time of an epoch (JOURNAL.md, "Issue 37: width and
+        # schedule").
+        "model.user_tower.share_item_embeddings": True,
+        "model.user_tower.hidden_units": (),
+        # A seeded 30% of the history's items hidden behind a learned mask embedding in training (item-mask
+        # augmentation; the targets stay): on Beauty's automatic holdout, validation HR@20 at epochs 10-16 read
+        # 0.1411-0.1426 without it, 0.1430-0.1446 at 0.1, 0.1420-0.1472 at 0.2 (two runs) and 0.1423-0.1469 at 0.3,
+        # rising to 0.1504 by epoch 21 (JOURNAL.md, "Issue 37: item-mask augmentation").
+        "model.user_tower.sequence.item_mask": 0.3,
+        # 256 users a step (about 1,500 positions: the in-batch negatives of every position).
+        "train.batch_size": 256,
+        "train.epochs": 200,
+        "train.early_stopping_patience": 10,
+    }
+
+
+def _sequences_in_memory(data: handoff.PreparedData) -> Optional[str]:
+    if data.is_set:
+        return "the log is read as sets, where the encoder has no order to read"
+    if data.streamed:
+        return "the examples are streamed, and one example per user needs them in memory"
+    return None
+
+
 VARIANTS = {variant.name: variant for variant in (
     Variant("softer", "the temperature doubled", _softer),
+    Variant("self_attention", "the self-attentive user tower of configs/sequential.py", _self_attention,
+            _sequences_in_memory),
 )}
 assert tuple(VARIANTS) == settings.VARIANTS, "retrieval.settings.VARIANTS names the registered variants"
 

@@ -243,6 +243,34 @@ def test_a_variant_is_not_tried_where_the_first_tuning_was_over_its_budget(log_p
     job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "over")
     job.run()
     record = job.stages.summary("train")["tuning"]
-    assert record["variant_trials"] == [{"variant": "softer", "tried": False}] and record["variant"] is None
+    trial, = record["variant_trials"]
+    assert not trial["tried"] and "over train.variant_budget_s = 0 s" in trial["reason"] and record["variant"] is None
     assert not (job.paths.checkpoints / "tuning" / "softer").exists()
-    assert "variant softer not tried" in job.paths.report.read_text()
+    assert f"variant softer not tried ({trial['reason']})" in job.paths.report.read_text()
+
+
+def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and_is_not_tried_on_sets(log_path,
+                                                                                                      tmp_path):
+    """The "self_attention" variant (retrieval/jobs/variants.py) on a sequence log: tuned in its own directory on the
+    most recent example of each user (its data.max_examples_per_user=1 over examples prepared without a cap), its
+    curve on the same holdout; on sets it is not tried, and the record says why."""
+    sets = {**TUNING, "train.epochs": 1, "train.refit_epochs": 1, "train.variants": ("self_attention",)}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "sequences")
+    job.run()
+    trial, = job.stages.summary("train")["tuning"]["variant_trials"]
+    assert trial["tried"] and (job.paths.checkpoints / "tuning" / "self_attention" / "variant.json").exists()
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    examples = run.data.load_examples(job.paths, job.config, tuning=True)
+    recent = examples.most_recent(1)
+    users = examples.arrays["user"]
+    assert len(recent) == len(np.unique(users)) < len(examples)
+    last = {user: row for row, user in enumerate(users)}  # the prepared order is by user, then time
+    assert dict(zip(recent.arrays["user"].tolist(), recent.arrays["label"].tolist(), strict=True)) == {
+        user: examples.arrays["label"][row] for user, row in last.items()}
+
+    job = TrainingJob(make_config(log_path, **sets, **{"data.order": "none", "data.split": "random"}), str(tmp_path),
+                      "sets")
+    job.run()
+    trial, = job.stages.summary("train")["tuning"]["variant_trials"]
+    assert not trial["tried"] and "sets" in trial["reason"]
+    assert not (job.paths.checkpoints / "tuning" / "self_attention").exists()

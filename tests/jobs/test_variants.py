@@ -13,3 +13,22 @@ def test_every_declared_variant_is_registered_and_changes_a_copy():
     assert softer.model.temperature == 2 * config.model.temperature == 0.2
     assert config.model.temperature == 0.1 and softer.train == config.train  # the given config is left as it was
     assert variants.describe(config, "softer") == "softer (the temperature doubled: model.temperature=0.2)"
+
+
+def test_the_self_attentive_variant_is_configs_sequential_tower_and_suits_sequences_held_in_memory():
+    from configs.sequential import get_config as sequential_config
+    from retrieval.data.handoff import PreparedData
+
+    config = get_config()
+    towers = variants.apply(config, "self_attention")
+    assert config.model.user_tower.pooling == "mean" and towers.model.user_tower.pooling == "self_attention"
+    assert towers.model.user_tower.sequence.every_position and towers.data.max_examples_per_user == 1
+    assert towers.model.user_tower.hidden_units == () and towers.train.early_stopping_patience > 0
+    shipped = sequential_config()  # the same tower on a fixed schedule
+    assert shipped.model == towers.model and shipped.data == towers.data
+    assert (shipped.train.early_stopping_patience, shipped.train.variants) == (0, ())
+    unsuited = variants.VARIANTS["self_attention"].unsuited
+    assert unsuited(PreparedData("time", "next_item")) is None
+    assert "sets" in unsuited(PreparedData("none", "set"))
+    assert "streamed" in unsuited(PreparedData("time", "next_item", streamed=True))
+    assert variants.VARIANTS["softer"].unsuited(PreparedData("none", "set")) is None
