@@ -8,8 +8,8 @@ Output columns: ``user_id`` (string), ``item_ids`` (list<string>, original ids, 
 (list<float32>) and ``fallback`` (bool). Training items are excluded by default. A user absent from the training
 data gets the server's answer to an unknown user: the most popular training items
 (``retrieval.serving.generator.most_popular``), with ``fallback`` true and ``scores`` null, since no model scored
-them (``retrieval.evaluation.inference``; it got the user tower's empty-history answer, unlike HTTP and
-``CandidateGenerator``). Exit codes: see ``retrieval.cli``.
+them (``retrieval.evaluation.inference``), as over HTTP and from ``CandidateGenerator``. Exit codes: see
+``retrieval.cli``.
 """
 
 from __future__ import annotations
