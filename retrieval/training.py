@@ -86,11 +86,13 @@ class ProgressLogger(_StepCallback):
     evaluated, and an ETA (``progress_line``); writes them, with every numeric epoch log (``val_loss``, the
     validation metric), as TensorBoard scalars to ``log_dir`` when given. Summaries are written with
     ``tf.summary.write`` and the scalars plugin metadata, so the ``tensorboard`` package is needed only to view
-    them. ``early``: the run's early stopping, whose patience bounds the ETA."""
+    them. ``early``: the run's early stopping, whose patience bounds the ETA; ``phase`` names the training the
+    epoch lines (and their ETA) belong to, where a run trains more than once (tuning, variants, refit)."""
 
     def __init__(self, every_steps: int, batch_size: int, total_steps: int, log_dir: Optional[PathLike] = None,
-                 steps_per_epoch: int = 0, early: Optional[tf.keras.callbacks.EarlyStopping] = None):
+                 steps_per_epoch: int = 0, early: Optional[tf.keras.callbacks.EarlyStopping] = None, phase: str = ""):
         super().__init__()
+        self.phase = f"{phase}: " if phase else ""
         self.every_steps, self.batch_size, self.total_steps = max(int(every_steps), 1), batch_size, total_steps
         self.steps_per_epoch, self.early = max(int(steps_per_epoch), 1), early
         self.epochs = math.ceil(total_steps / self.steps_per_epoch)
@@ -136,8 +138,8 @@ class ProgressLogger(_StepCallback):
         warm_step, warm_time = self._warm if self._warm is not None else (self.step, 0.0)
         seconds_per_step = ((time.perf_counter() - warm_time) / (self.step - warm_step) if self.step > warm_step
                             else None)
-        logging.info("%s", progress_line(epoch + 1, self.epochs, numeric, self.early, seconds_per_step,
-                                         self.steps_per_epoch))
+        logging.info("%s%s", self.phase, progress_line(epoch + 1, self.epochs, numeric, self.early, seconds_per_step,
+                                                       self.steps_per_epoch))
 
 
 def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Optional[tf.keras.callbacks.EarlyStopping],
@@ -368,7 +370,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
         evaluate_fn: Optional[Callable[[], float]] = None,
         validation_examples: Optional[Mapping[str, np.ndarray]] = None,
-        plan_epochs: Optional[Callable[[EpochTime], int]] = None) -> FitResult:
+        plan_epochs: Optional[Callable[[EpochTime], int]] = None, phase: str = "") -> FitResult:
     """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``), set examples
     (``retrieval.data.set_examples.SetExamples``) or streamed example shards (``retrieval.data.shards``), resuming
     from the latest checkpoint in ``checkpoint_dir`` if there is one.
@@ -386,6 +388,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
       plan_epochs: ``EpochTime -> int``: the epoch count, set from the first epoch's measured time (a time budget,
         ``retrieval.jobs.budget``), at most ``config.epochs``; the cosine spans it (``PlanEpochs``). The decision is
         kept in ``checkpoint_dir`` (:data:`PLAN_RECORD`), and a resumed run trains to it.
+      phase: a name the epoch lines start with (e.g. ``tuning``, ``refit``), so each ETA says what it is the ETA of.
 
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
@@ -462,7 +465,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
                                                          restore_best_weights=True)
                 callbacks.append(early)
         progress = ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir, steps_per_epoch,
-                                  early)
+                                  early, phase)
         callbacks.append(progress)
         if planner is not None:
             planner.dependents.append(progress)

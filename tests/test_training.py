@@ -314,3 +314,15 @@ def test_the_plan_is_clamped_to_the_cap_and_to_the_epochs_done(data):
         model = build_model(model_config(), items, users)
         result = training.fit(model, examples, train_config(epochs=3), plan_epochs=lambda _, e=planned: e)
         assert result.step == expected * 6
+
+
+def test_the_epoch_lines_of_a_phase_start_with_its_name(monkeypatch):
+    logger = training.ProgressLogger(every_steps=1000, batch_size=8, total_steps=8, steps_per_epoch=4,
+                                     phase="tuning (softer)")
+    logger.model = mock.Mock()
+    logger.model.optimizer.iterations.numpy.return_value = 0
+    lines = []
+    monkeypatch.setattr(training.logging, "info", lambda fmt, *args: lines.append(fmt % args))
+    logger.on_train_begin()
+    logger.on_epoch_end(0, {"loss": 1.0})
+    assert lines == ["tuning (softer): epoch 1/2  loss 1.0000  ETA after the next epoch (the first steps compile)"]

@@ -120,6 +120,9 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     if record.exists():
         return artifacts.read_json(record), None
     t = run.config.train
+    logging.info("training in phases, each with its own ETA: tuning on the automatic holdout (early-stopped)%s, then %s",
+                 f", then the variants {', '.join(t.variants)} if it takes at most {t.variant_budget_s:g} s"
+                 if t.variants else "", "a refit on all training data" if t.refit else "no refit")
     configured = Choice(_teacher_always(run), run.tuning_checkpoints)
     tuned, model = _tune_variant(run, configured)
     tuned["teacher"] = configured.teacher
@@ -305,8 +308,17 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
                                       refit_scale=1.0 / max(1.0 - c.train.validation_fraction, 1e-6))
     result = training.fit(model, examples, train_config, checkpoint_dir=checkpoints,
                           tensorboard_dir=paths.tensorboard / "tuning" if tuning else paths.tensorboard,
-                          evaluate_fn=evaluate_fn, plan_epochs=plan_epochs)
+                          evaluate_fn=evaluate_fn, plan_epochs=plan_epochs, phase=_phase_name(phase, choice))
     return model, result
+
+
+def _phase_name(phase: str, choice: Choice) -> str:
+    """What the epoch lines of a phase start with: ``tuning``, ``tuning (softer)``, ``tuning (teacher)``,
+    ``refit`` or ``training``."""
+    if phase != "tuning":
+        return "refit" if phase == "refit" else "training"
+    what = [name for name, on in (("teacher", choice.teacher), (choice.variant, choice.variant)) if on]
+    return f"tuning ({', '.join(what)})" if what else "tuning"
 
 
 def tuning_vocabulary(run: TrainingRun, item_vocab: Vocabulary) -> Vocabulary:
