@@ -38,7 +38,7 @@ OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 TEACHER_WHEN = ("always", "item_item_leads")  # retrieval.jobs.tuning: when train.teacher_items trains the towers
-VARIANTS = ("softer", "self_attention")  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
+VARIANTS = ("softer", "self_attention", "user_ids")  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
 SPARSE_UPDATES = ("auto", "on", "off")
 PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
 PS_TIMEOUT_S = 120.0  # retrieval.parameter_server: the default wait for a lost task (train.ps_timeout_s)
@@ -100,6 +100,10 @@ TRAIN = Section("train", (
         "again with it only when the run's tuned RP3beta reads a higher validation recall than their best epoch; the "
         "better of the two on the holdout is kept, and the refit follows it (retrieval/jobs/tuning.py, tune; needs the "
         "automatic holdout, else no teacher)."),
+    Key("teacher_variant", "", one_of(("",) + VARIANTS),
+        'With train.teacher_when = "item_item_leads": a variant of train.variants\' registry the towers tuned with the '
+        'teacher also take ("user_ids": a user-id embedding, which with the teacher lifted Gowalla\'s holdout above '
+        "the tuned RP3beta; retrieval/jobs/variants.py). Empty: the teacher alone."),
     Key("variants", (), names(VARIANTS),
         "With the automatic holdout: variants of the configured towers tuned after them, each on the same holdout, the "
         "one with the highest validation metric kept (the refit and the export follow it; the report says which): "

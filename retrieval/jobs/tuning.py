@@ -131,15 +131,18 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
         rp3beta = _rp3beta_validation(run)
         if rp3beta is not None and rp3beta > tuned["best_metric"]:
             logging.info("teacher: the tuned RP3beta reads %s %.4f on the holdout, above the towers' %.4f: tuning "
-                         "them again with its top %d items per user", t.eval_metric_name, rp3beta,
-                         tuned["best_metric"], t.teacher_items)
-            taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR))
+                         "them again with its top %d items per user%s", t.eval_metric_name, rp3beta,
+                         tuned["best_metric"], t.teacher_items,
+                         f" and variant {variants_lib.describe(run.config, t.teacher_variant)}" if t.teacher_variant
+                         else "")
+            variant = t.teacher_variant or None
+            taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR, variant))
             trial = {"rp3beta": rp3beta, "without": tuned["best_metric"], "with": taught["best_metric"],
-                     "kept": bool(taught["best_metric"] > tuned["best_metric"])}
+                     "kept": bool(taught["best_metric"] > tuned["best_metric"]), "variant": variant}
             logging.info("teacher: %s on the holdout (%.4f with it, %.4f without)",
                          "kept" if trial["kept"] else "not kept", trial["with"], trial["without"])
             if trial["kept"]:
-                tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR}, taught_model
+                tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR, "variant": variant}, taught_model
             tuned["teacher_trial"] = trial
         elif rp3beta is not None:
             logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
@@ -190,7 +193,7 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
     t = run.config.train
     if not t.variants or tuned["best_metric"] is None:
         return tuned, model
-    best, trials = {**tuned, "variant": None}, []
+    best, trials = {**tuned, "variant": tuned.get("variant")}, []
     for name in t.variants:
         unsuited = variants_lib.VARIANTS[name].unsuited(run.data)
         if unsuited:

@@ -63,8 +63,17 @@ def _self_attention(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
         # 256 users a step (about 1,500 positions: the in-batch negatives of every position).
         "train.batch_size": 256,
         "train.epochs": 200,
-        "train.early_stopping_patience": 10,
+        "train.early_stopping_patience": 5,
     }
+
+
+def _user_ids(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+    """A user-id embedding beside the pooled history, SimpleX's gated sum (Mao et al. 2021): u = g e_user + (1 - g)
+    MLP(history). Alone it lost where item-item structure is weak (Yelp2018's holdout) and barely moved Gowalla's;
+    with the item-item teacher on Gowalla it lifted the holdout well above both (benchmarks/JOURNAL.md, "Issue 47:
+    user ids with the teacher"), so ``train.teacher_variant`` tunes it with the teacher."""
+    return {"model.user_tower.user_id_embedding_dim": int(config.model.embedding_dim),
+            "model.user_tower.user_id_gate": 0.5}
 
 
 def _sequences_in_memory(data: handoff.PreparedData) -> Optional[str]:
@@ -79,6 +88,7 @@ VARIANTS = {variant.name: variant for variant in (
     Variant("softer", "the temperature doubled", _softer),
     Variant("self_attention", "the self-attentive user tower of configs/sequential.py", _self_attention,
             _sequences_in_memory),
+    Variant("user_ids", "a user-id embedding in the user tower, gated as in SimpleX", _user_ids),
 )}
 assert tuple(VARIANTS) == settings.VARIANTS, "retrieval.settings.VARIANTS names the registered variants"
 

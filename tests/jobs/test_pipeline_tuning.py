@@ -199,7 +199,7 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
     monkeypatch.setattr(tuning, "_rp3beta_validation", lambda run: rp3beta)
     sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
             "train.epochs": 2, "train.refit_epochs": 1, "train.teacher_items": 2,
-            "train.teacher_when": "item_item_leads"}
+            "train.teacher_when": "item_item_leads", "train.teacher_variant": "user_ids"}
     job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "taught")
     job.run()
     record = job.stages.summary("train")["tuning"]
@@ -211,8 +211,11 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
     assert trial["rp3beta"] == 1.0 and taught.joinpath("variant.json").exists()
     assert trial["kept"] == (trial["with"] > trial["without"]) == record["teacher"]
     assert record["best_metric"] == max(trial["with"], trial["without"])
+    assert trial["variant"] == "user_ids" and record["variant"] == ("user_ids" if trial["kept"] else None)
     run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
     assert tuning._latest_tuning_checkpoint(run).startswith(str(taught if trial["kept"] else taught.parent))
+    model = tuning.final_model(run)  # the refit follows the choice: a user-id table only with the teacher kept
+    assert any("user_id" in weight.name for weight in model.weights) == trial["kept"]
 
 
 def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_higher(log_path, tmp_path):
