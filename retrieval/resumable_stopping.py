@@ -35,8 +35,9 @@ class ResumableEarlyStopping(tf.keras.callbacks.EarlyStopping):
     ``completed_epochs`` is the number of epochs the restored checkpoint had finished."""
 
     def __init__(self, monitor: str, patience: int, directory: Path, manager: tf.train.CheckpointManager,
-                 completed_epochs: int):
-        super().__init__(monitor, mode="max", patience=patience, restore_best_weights=True)
+                 completed_epochs: int, start_from_epoch: int = 0):
+        super().__init__(monitor, mode="max", patience=patience, restore_best_weights=True,
+                         start_from_epoch=start_from_epoch)
         self.directory, self.manager, self.completed_epochs = Path(directory), manager, completed_epochs
         self.scores: list[tuple[int, float]] = []  # (epoch number from 1, score) of every evaluated epoch
 
@@ -45,10 +46,12 @@ class ResumableEarlyStopping(tf.keras.callbacks.EarlyStopping):
         state = self.directory / STATE
         saved = json.loads(state.read_text())["scores"] if state.exists() else []
         for number, score in ([int(e), float(s)] for e, s in saved if int(e) <= self.completed_epochs):
+            self.scores.append((number, score))
+            if number <= self.start_from_epoch:
+                continue
             self.wait += 1  # what EarlyStopping.on_epoch_end did with these scores
             if self._is_improvement(score, self.best):
                 self.best, self.best_epoch, self.wait = score, number - 1, 0
-            self.scores.append((number, score))
         best = self._best_file()
         if best is not None and best.exists():
             with np.load(best) as weights:
@@ -78,5 +81,7 @@ class ResumableEarlyStopping(tf.keras.callbacks.EarlyStopping):
 
     def best_epoch_number(self) -> Optional[int]:
         """The evaluated epoch (from 1) with the best score, the first one reaching it, over the whole run, resumes
-        included."""
-        return max(self.scores, key=lambda entry: (entry[1], -entry[0]))[0] if self.scores else None
+        included; the epochs before ``start_from_epoch`` are not candidates (the last one is, when no other is: the
+        weights are then the last epoch's)."""
+        watched = [entry for entry in self.scores if entry[0] > self.start_from_epoch] or self.scores[-1:]
+        return max(watched, key=lambda entry: (entry[1], -entry[0]))[0] if watched else None

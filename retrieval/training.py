@@ -153,13 +153,14 @@ def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Opt
     if "epoch_loss" in logs:
         line += f"  loss {logs['epoch_loss']:.4f}"
     last = epochs
+    if early is not None and f"epoch_{early.monitor}" in logs:
+        line += f"  {early.monitor} {logs[f'epoch_{early.monitor}']:.4f}"
     if early is not None and np.isfinite(early.best):
-        name = early.monitor
-        if f"epoch_{name}" in logs:
-            line += f"  {name} {logs[f'epoch_{name}']:.4f}"
-        best_epoch = early.best_epoch + 1
-        line += f"  best {early.best:.4f} at epoch {best_epoch}"
+        line += f"  best {early.best:.4f} at epoch {early.best_epoch + 1}"
         last = min(epochs, epoch + max(early.patience - early.wait, 0))
+    elif early is not None and f"epoch_{early.monitor}" in logs:  # in the warmup, before the first watched epoch
+        line += "  (warming up)"
+        last = min(epochs, early.start_from_epoch + 1 + early.patience)
     bound = f"; stops by epoch {last} unless it improves" if last < epochs else ""
     if seconds_per_step is None:
         return f"{line}  ETA after the next epoch (the first steps compile){bound}"
@@ -455,14 +456,19 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
                                  decay_steps, record, [stop], evaluation)
             callbacks.append(planner)
         if evaluate_fn is not None:
+            # The epochs that end inside the learning-rate warmup are not watched: on a small log an epoch is a few
+            # steps, and a model still warming up would spend the patience (the self-attentive variant's 100-step
+            # warmup is 8 epochs of the bundled data's 3,000 users at batch 256).
+            warmup_epochs = max(int(config.warmup_steps), 0) // steps_per_epoch
             if config.early_stopping_patience > 0 and manager is not None:  # its state resumes with the run
                 early = ResumableEarlyStopping(config.eval_metric_name, config.early_stopping_patience,
-                                               Path(manager.directory), manager, step // steps_per_epoch)
+                                               Path(manager.directory), manager, step // steps_per_epoch,
+                                               start_from_epoch=warmup_epochs)
                 callbacks.append(early)
             elif config.early_stopping_patience > 0:
                 early = tf.keras.callbacks.EarlyStopping(config.eval_metric_name, mode="max",
                                                          patience=config.early_stopping_patience,
-                                                         restore_best_weights=True)
+                                                         restore_best_weights=True, start_from_epoch=warmup_epochs)
                 callbacks.append(early)
         progress = ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir, steps_per_epoch,
                                   early, phase)

@@ -157,6 +157,40 @@ def test_a_run_killed_mid_tuning_stops_and_keeps_what_the_uninterrupted_run_does
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_the_epochs_inside_the_warmup_are_not_watched_by_early_stopping_nor_after_a_resume(data, tmp_path):
+    """Warmup 12 steps at 6 steps per epoch: epochs 1-2 end inside it (Keras's start_from_epoch=2), so their scores
+    are recorded but neither the best nor the patience (without the rule the first epoch's 0.6 would be kept and
+    training stopped after epoch 3); a run killed before epoch 3's evaluation and resumed (replaying epochs 1-2)
+    stops and keeps the same."""
+    from types import SimpleNamespace
+
+    items, users, examples = data
+    curve = [0.6, 0.1, 0.3, 0.5, 0.4, 0.2, 0.1, 0.0]
+
+    def run(directory, crash_at=None):
+        model = build_model(model_config(), items, users)
+
+        def evaluate():
+            epoch = int(model.optimizer.iterations.numpy()) // 6
+            if epoch == crash_at:
+                raise KeyboardInterrupt
+            return curve[epoch - 1]
+
+        config = train_config(epochs=8, early_stopping_patience=2, warmup_steps=12, optimizer="adam")
+        return training.fit(model, examples, config, checkpoint_dir=directory, evaluate_fn=evaluate)
+
+    expected = run(tmp_path / "full")
+    assert (expected.best_epoch, expected.best_metric, expected.stopped_early) == (4, 0.5, True)
+    assert expected.history["val_recall"] == curve[:6]
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed", crash_at=3)
+    result = run(tmp_path / "killed")
+    assert (result.best_epoch, result.best_metric, result.history["val_recall"]) == (4, 0.5, curve[:6])
+    assert training.progress_line(2, 8, {"epoch_val_recall": 0.1}, SimpleNamespace(
+        monitor="val_recall", best=-np.inf, start_from_epoch=2, patience=2, wait=0), 0.1, 6) == (
+        "epoch 2/8  val_recall 0.1000  (warming up)  ETA 0m02s; stops by epoch 5 unless it improves")
+
+
 def test_training_learns_and_logs_tensorboard_scalars(data, tmp_path):
     items, users, examples = data
     model = build_model(model_config(), items, users)

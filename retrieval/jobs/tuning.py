@@ -186,7 +186,8 @@ def _tune_variant(run: TrainingRun, choice: Choice) -> tuple[dict, Any]:
 
 def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: float) -> tuple[dict, Any]:
     """The tuning record after each of ``train.variants`` was tuned on the same holdout (with the teacher when the
-    towers kept it; ``checkpoints/tuning/<variant>``) and the best of all kept; a variant is tried only when the first
+    towers kept it; ``checkpoints/tuning/<variant>``) and the best of all kept (a variant only when it leads the towers
+    kept before it by more than ``train.variant_min_gain``, relative); a variant is tried only when the first
     tuning took at most ``train.variant_budget_s`` (``first_seconds``), and only with a validation metric to compare.
     The record gains ``variant`` (the one kept, or None), ``variant_trials`` and ``without_variant`` (the metric before
     them)."""
@@ -195,7 +196,7 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
         return tuned, model
     best, trials = {**tuned, "variant": tuned.get("variant")}, []
     for name in t.variants:
-        unsuited = variants_lib.VARIANTS[name].unsuited(run.data)
+        unsuited = variants_lib.VARIANTS[name].unsuited(run.config, run.data)
         if unsuited:
             logging.info("variant %s not tried: %s", name, unsuited)
             trials.append({"variant": name, "tried": False, "reason": unsuited})
@@ -207,9 +208,11 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
             continue
         logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name))
         trial, trial_model = _tune_variant(run, Choice(bool(tuned["teacher"]), run.tuning_checkpoints / name, name))
-        kept = trial["best_metric"] is not None and trial["best_metric"] > best["best_metric"]
-        logging.info("variant %s: %s on the holdout (%s %.4f, against %.4f)", name, "kept" if kept else "not kept",
-                     t.eval_metric_name, trial["best_metric"] or float("nan"), best["best_metric"])
+        kept = (trial["best_metric"] is not None
+                and trial["best_metric"] > best["best_metric"] * (1.0 + t.variant_min_gain))
+        logging.info("variant %s: %s on the holdout (%s %.4f, against %.4f; kept above %.4f)", name,
+                     "kept" if kept else "not kept", t.eval_metric_name, trial["best_metric"] or float("nan"),
+                     best["best_metric"], best["best_metric"] * (1.0 + t.variant_min_gain))
         trials.append({"variant": name, "tried": True, "metric": trial["best_metric"], "kept": kept})
         if kept:
             best, model = {**best, **trial, "checkpoints": name, "variant": name}, trial_model

@@ -8,13 +8,14 @@ whose first tuning was cheap (``train.variant_budget_s``) tunes each listed vari
 reads the highest validation metric (``retrieval.jobs.tuning.tune``); the refit and the export follow the choice.
 
 A variant is a name, one line saying what it changes, the overrides it makes to the run's config (dotted keys,
-computed from that config) and the data it suits (``unsuited``: why not, or None). Adding one is a function and a registry line here, and its name in
-``retrieval.settings.VARIANTS`` (the key's rule). Written by hand: none of the dependencies chooses among model
+computed from that config) and the runs it suits (``unsuited``: why not, or None). Adding one is a function and a
+registry line here, and its name in ``retrieval.settings.VARIANTS`` (the key's rule). Written by hand: none of the dependencies chooses among model
 configurations on a holdout inside a resumable job.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
@@ -27,12 +28,12 @@ from retrieval.data import handoff
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """A named change to the run's config: ``overrides(config)`` maps dotted keys to their values in the variant;
-    ``unsuited(data)`` says why the prepared data cannot use it (None: it can)."""
+    ``unsuited(config, data)`` says why the run's config or prepared data cannot use it (None: they can)."""
 
     name: str
     description: str
     overrides: Callable[[ml_collections.ConfigDict], Mapping[str, Any]]
-    unsuited: Callable[[handoff.PreparedData], Optional[str]] = lambda data: None
+    unsuited: Callable[[ml_collections.ConfigDict, handoff.PreparedData], Optional[str]] = lambda config, data: None
 
 
 def _softer(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
@@ -51,8 +52,8 @@ def _self_attention(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
         "data.max_examples_per_user": 1,
         # A shared input / output item table (SASRec's), the encoder's state projected linearly (no hidden layer), at
         # the recipe's 128 wide: on Beauty's automatic holdout validation HR@20 reached 0.1426 against 0.1371 at
-        # SASRec's 64 (30-epoch schedules), for about twice the CPU time of an epoch (JOURNAL.md, "Issue 37: width and
-        # schedule").
+        # SASRec's 64 (30-epoch schedules), for about twice the CPU time of an epoch
+        # (JOURNAL.md, "Issue 37: width and schedule").
         "model.user_tower.share_item_embeddings": True,
         "model.user_tower.hidden_units": (),
         # A seeded 30% of the history's items hidden behind a learned mask embedding in training (item-mask
@@ -62,7 +63,8 @@ def _self_attention(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
         "model.user_tower.sequence.item_mask": 0.3,
         # 256 users a step (about 1,500 positions: the in-batch negatives of every position).
         "train.batch_size": 256,
-        "train.epochs": 200,
+        # Five times the configured epoch cap (an epoch is a few steps), early-stopped sooner than the recipe.
+        "train.epochs": 5 * int(config.train.epochs),
         "train.early_stopping_patience": 5,
     }
 
@@ -76,7 +78,10 @@ def _user_ids(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
             "model.user_tower.user_id_gate": 0.5}
 
 
-def _sequences_in_memory(data: handoff.PreparedData) -> Optional[str]:
+def _sequences_in_memory(config: ml_collections.ConfigDict, data: handoff.PreparedData) -> Optional[str]:
+    item_tower = config.model.item_tower
+    if config.data.item_features and (item_tower.content_match or item_tower.content_profile_weight > 0):
+        return "the item tower's content-match term and content profile read a pooled history"
     if data.is_set:
         return "the log is read as sets, where the encoder has no order to read"
     if data.streamed:
@@ -97,7 +102,7 @@ def apply(config: ml_collections.ConfigDict, name: Optional[str]) -> ml_collecti
     """``config`` itself without a variant (``name`` None), else a copy with the variant's overrides."""
     if name is None:
         return config
-    changed = ml_collections.ConfigDict(config.to_dict())
+    changed = copy.deepcopy(config)  # its references (the seeds' to config.seed) kept within the copy
     changed.update_from_flattened_dict(dict(VARIANTS[name].overrides(config)))
     return changed
 

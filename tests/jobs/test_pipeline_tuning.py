@@ -218,7 +218,7 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
     assert any("user_id" in weight.name for weight in model.weights) == trial["kept"]
 
 
-def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_higher(log_path, tmp_path):
+def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_clearly_higher(log_path, tmp_path):
     """train.variants: the towers are tuned again with the variant's config in their own directory; the record says
     what each read and which was kept; the refit and the export follow the kept one (its config and checkpoints)."""
     from retrieval.jobs import variants
@@ -231,8 +231,9 @@ def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_hig
     trial, = record["variant_trials"]
     configured = artifacts.read_json(job.paths.checkpoints / "tuning" / "variant.json")["best_metric"]
     assert trial["tried"] and trial["metric"] == artifacts.read_json(directory / "variant.json")["best_metric"]
-    assert trial["kept"] == (trial["metric"] > configured) == (record["variant"] == "softer")
-    assert record["best_metric"] == max(trial["metric"], configured)
+    margin = 1.0 + job.config.train.variant_min_gain  # a near tie keeps the configured towers
+    assert trial["kept"] == (trial["metric"] > configured * margin) == (record["variant"] == "softer")
+    assert record["best_metric"] == (trial["metric"] if trial["kept"] else configured)
     run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
     choice = tuning._choice(run)
     assert choice.variant == record["variant"]

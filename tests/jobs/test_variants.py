@@ -24,11 +24,29 @@ def test_the_self_attentive_variant_is_configs_sequential_tower_and_suits_sequen
     assert config.model.user_tower.pooling == "mean" and towers.model.user_tower.pooling == "self_attention"
     assert towers.model.user_tower.sequence.every_position and towers.data.max_examples_per_user == 1
     assert towers.model.user_tower.hidden_units == () and towers.train.early_stopping_patience > 0
+    assert towers.train.epochs == 5 * config.train.epochs  # the configured cap, scaled: an epoch is a few steps
     shipped = sequential_config()  # the same tower on a fixed schedule
     assert shipped.model == towers.model and shipped.data == towers.data
     assert (shipped.train.early_stopping_patience, shipped.train.variants) == (0, ())
+    towers.seed = 7
+    assert towers.model.seed == towers.train.seed == 7 and config.model.seed == 42  # references kept in the copy
     unsuited = variants.VARIANTS["self_attention"].unsuited
-    assert unsuited(PreparedData("time", "next_item")) is None
-    assert "sets" in unsuited(PreparedData("none", "set"))
-    assert "streamed" in unsuited(PreparedData("time", "next_item", streamed=True))
-    assert variants.VARIANTS["softer"].unsuited(PreparedData("none", "set")) is None
+    assert unsuited(config, PreparedData("time", "next_item")) is None
+    assert "sets" in unsuited(config, PreparedData("none", "set"))
+    assert "streamed" in unsuited(config, PreparedData("time", "next_item", streamed=True))
+    assert variants.VARIANTS["softer"].unsuited(config, PreparedData("none", "set")) is None
+
+
+def test_the_self_attentive_variant_is_not_tried_where_the_item_tower_reads_a_pooled_history():
+    """configs/catalogue.py's content-match term and content profile pool the history's item features."""
+    from configs.catalogue import get_config as catalogue_config
+    from retrieval.data.handoff import PreparedData
+
+    catalogue = catalogue_config()
+    sequences = PreparedData("time", "next_item")
+    assert catalogue.model.item_tower.content_match and "self_attention" in catalogue.train.variants
+    assert variants.VARIANTS["self_attention"].unsuited(catalogue, sequences) is None  # no item features given
+    catalogue.data.item_features = "genres:multi"
+    assert "pooled history" in variants.VARIANTS["self_attention"].unsuited(catalogue, sequences)
+    catalogue.model.item_tower.content_match, catalogue.model.item_tower.content_profile_weight = False, 0.0
+    assert variants.VARIANTS["self_attention"].unsuited(catalogue, sequences) is None
