@@ -31,7 +31,7 @@ from absl import logging
 from tensorflow.core.framework import summary_pb2
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval import artifacts, checkpoints, distributed, parameter_server
+from retrieval import artifacts, checkpoints, distributed, parameter_server, periodic
 from retrieval.artifacts import PathLike
 from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
@@ -40,6 +40,7 @@ from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, Roww
 from retrieval.resumable_stopping import ResumableEarlyStopping
 from retrieval.settings import SPARSE_UPDATES_MIN_ROWS, TRAIN, default_train_config  # noqa: F401
 
+QUIET_S = 25.0  # the longest stretch of training without a line on stderr (ProgressLogger's watch)
 PLAN_RECORD = "planned_epochs.json"  # in a phase's checkpoint directory: the epoch count a time budget set
 
 
@@ -87,12 +88,20 @@ class ProgressLogger(_StepCallback):
     validation metric), as TensorBoard scalars to ``log_dir`` when given. Summaries are written with
     ``tf.summary.write`` and the scalars plugin metadata, so the ``tensorboard`` package is needed only to view
     them. ``early``: the run's early stopping, whose patience bounds the ETA; ``phase`` names the training the
-    epoch lines (and their ETA) belong to, where a run trains more than once (tuning, variants, refit)."""
+    epoch lines (and their ETA) belong to, where a run trains more than once (tuning, variants, refit).
+
+    No stretch of training is silent for more than ``quiet_s`` seconds: a watch thread says what is going on when no
+    line came for that long (the first execution's tracing and compilation, a slow stretch of steps, and the end of
+    ``Model.fit``, where releasing the input pipeline took 30-60 s on a loaded machine), until :meth:`stop`."""
 
     def __init__(self, every_steps: int, batch_size: int, total_steps: int, log_dir: Optional[PathLike] = None,
-                 steps_per_epoch: int = 0, early: Optional[tf.keras.callbacks.EarlyStopping] = None, phase: str = ""):
+                 steps_per_epoch: int = 0, early: Optional[tf.keras.callbacks.EarlyStopping] = None, phase: str = "",
+                 quiet_s: float = QUIET_S):
         super().__init__()
         self.phase = f"{phase}: " if phase else ""
+        self.quiet_s = float(quiet_s)
+        self._doing, self._last_line = "tracing and compiling the training step", time.monotonic()
+        self._watch = periodic.Periodic(self._say_what_is_going_on, max(self.quiet_s / 5, 0.05), "training-watch")
         self.every_steps, self.batch_size, self.total_steps = max(int(every_steps), 1), batch_size, total_steps
         self.steps_per_epoch, self.early = max(int(steps_per_epoch), 1), early
         self.epochs = math.ceil(total_steps / self.steps_per_epoch)
@@ -108,16 +117,36 @@ class ProgressLogger(_StepCallback):
                 tf.summary.write(tag, tf.constant(float(value), tf.float32), step=step, metadata=self._metadata)
         self._writer.flush()
 
+    def _say_what_is_going_on(self) -> None:
+        quiet = time.monotonic() - self._last_line
+        if quiet >= self.quiet_s:
+            self._log("%s%s, %.0f s since the last line", self.phase, self._doing, quiet)
+
+    def _log(self, *args) -> None:
+        self._last_line = time.monotonic()
+        logging.info(*args)
+
+    def stop(self) -> None:
+        """Ends the watch thread (``training.fit`` calls it once ``Model.fit`` returned)."""
+        self._watch.stop()
+
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
         self._last_step, self._last_time = self.step, time.perf_counter()
         self._warm: Optional[tuple[int, float]] = None  # step and time at the end of the first execution
+        self._last_line = time.monotonic()
+        self._watch.start()
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        self._doing = "training done, releasing the input pipeline"
 
     def on_train_batch_end(self, batch, logs=None):
         super().on_train_batch_end(batch, logs)
         step = self.step
         if self._warm is None:  # the ETA's clock starts after the first execution, which traces and compiles
             self._warm = (step, time.perf_counter())
+            self._doing = "training"
         if not self.crossed(self.every_steps) and step < self.total_steps:
             return
         now = time.perf_counter()
@@ -126,7 +155,7 @@ class ProgressLogger(_StepCallback):
         values = {"loss": float((logs or {}).get("loss", float("nan"))),
                   "learning_rate": float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)),
                   "examples_per_second": (step - self._last_step) * self.batch_size / max(now - self._last_time, 1e-9)}
-        logging.info("step %d (epoch %d/%d)  loss %.4f  lr %.3g  %.0f examples/s", step,
+        self._log("step %d (epoch %d/%d)  loss %.4f  lr %.3g  %.0f examples/s", step,
                      min(step // self.steps_per_epoch + 1, self.epochs), self.epochs, values["loss"],
                      values["learning_rate"], values["examples_per_second"])
         self._write(values, step)
@@ -138,8 +167,8 @@ class ProgressLogger(_StepCallback):
         warm_step, warm_time = self._warm if self._warm is not None else (self.step, 0.0)
         seconds_per_step = ((time.perf_counter() - warm_time) / (self.step - warm_step) if self.step > warm_step
                             else None)
-        logging.info("%s%s", self.phase, progress_line(epoch + 1, self.epochs, numeric, self.early, seconds_per_step,
-                                                       self.steps_per_epoch))
+        self._log("%s%s", self.phase, progress_line(epoch + 1, self.epochs, numeric, self.early, seconds_per_step,
+                                                    self.steps_per_epoch))
 
 
 def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Optional[tf.keras.callbacks.EarlyStopping],
@@ -485,10 +514,12 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         with strategy.scope():  # the same optimizer (restored), now with the steps per call the resumed step allows
             model.compile(optimizer=model.optimizer, jit_compile=jit_compile,
                           steps_per_execution=steps_per_execution(config, strategy, step, steps_per_epoch))
-        history = model.fit(dataset, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                            initial_epoch=step // steps_per_epoch, callbacks=callbacks, validation_data=validation,
-                            validation_steps=validation_steps,
-                            verbose=0)
+        try:
+            history = model.fit(dataset, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                                initial_epoch=step // steps_per_epoch, callbacks=callbacks,
+                                validation_data=validation, validation_steps=validation_steps, verbose=0)
+        finally:
+            progress.stop()
         if planner is not None and planner.epochs is not None:
             total_steps = planner.epochs * steps_per_epoch
         best = None if early is None or not np.isfinite(early.best) else float(early.best)

@@ -2,6 +2,7 @@
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import math
+import time
 from unittest import mock
 
 import numpy as np
@@ -299,6 +300,7 @@ def test_the_eta_clock_starts_after_the_first_execution(monkeypatch):
             now[0] += 30.0 if (epoch, batch) == (0, 0) else 0.1
             logger.on_train_batch_end(batch, {"loss": 1.0})
         logger.on_epoch_end(epoch, {"loss": 1.0})
+    logger.stop()
     assert lines[-2].endswith("ETA 0m04s")  # 9 epochs x 4 steps x 0.1 s (was 33 s with the compilation)
     assert lines[-1].endswith("ETA 0m03s")
 
@@ -359,4 +361,33 @@ def test_the_epoch_lines_of_a_phase_start_with_its_name(monkeypatch):
     monkeypatch.setattr(training.logging, "info", lambda fmt, *args: lines.append(fmt % args))
     logger.on_train_begin()
     logger.on_epoch_end(0, {"loss": 1.0})
+    logger.stop()
     assert lines == ["tuning (softer): epoch 1/2  loss 1.0000  ETA after the next epoch (the first steps compile)"]
+
+
+def test_no_stretch_of_training_is_silent_longer_than_quiet_s(monkeypatch):
+    """The watch thread says what training is doing when no line came for quiet_s: compiling before the first
+    step, training between step lines, releasing the input pipeline after the last epoch (30-60 s of silence on a
+    loaded machine before it); nothing while lines come, nothing after stop."""
+    logger = training.ProgressLogger(every_steps=1000, batch_size=8, total_steps=8, steps_per_epoch=4,
+                                     phase="tuning", quiet_s=0.2)
+    logger.model = mock.Mock()
+    logger.model.optimizer.iterations.numpy.return_value = 0
+    lines = []
+    monkeypatch.setattr(training.logging, "info", lambda fmt, *args: lines.append(fmt % args))
+
+    def lines_within(seconds: float) -> list[str]:
+        start = len(lines)
+        time.sleep(seconds)
+        return lines[start:]
+
+    logger.on_train_begin()
+    assert any(line.startswith("tuning: tracing and compiling the training step, ") for line in lines_within(0.5))
+    logger.on_train_batch_end(0, {"loss": 1.0})
+    assert any(line.startswith("tuning: training, ") for line in lines_within(0.5))
+    logger.on_train_end()
+    quiet = lines_within(0.5)
+    assert quiet and all(line.startswith("tuning: training done, releasing the input pipeline, ") for line in quiet)
+    assert len(quiet) <= 3  # one per quiet_s of silence, not one per check (every quiet_s / 5)
+    logger.stop()
+    assert lines_within(0.5) == []

@@ -105,8 +105,10 @@ def _read_columns(path: str, format: str, wanted: list[str], str_columns: Sequen
     """The ``wanted`` columns of a checked file (see :func:`_columns_of`), in that order, with a RangeIndex."""
     if format == "parquet":
         return pd.read_parquet(path, columns=wanted)
+    # Only an empty cell is missing: pandas' default markers ("NA", "n/a", "null", ...) would turn a category
+    # named "NA" into a missing value and let "n/a" pass a numeric column (docs/guide.md, "Feature tables").
     frame = pd.read_csv(path, sep=_SEPARATORS[format], usecols=wanted, dtype={c: str for c in str_columns},
-                        keep_default_na=True)
+                        keep_default_na=False, na_values=[""])
     return frame[wanted].reset_index(drop=True)
 
 

@@ -5,9 +5,10 @@ when the model trails the best baseline.
 recall and NDCG at the gate's cut-off (the second of ``eval.ks`` when there are several, else the only one) and
 recall at the largest cut-off, each with its 95% bootstrap interval, for the model and every baseline. Below the
 table, when the model is below the best baseline (the best on the first column) on the first column or on NDCG,
-one line says so with the paired difference and its interval, e.g. ``model trails rp3beta on recall@20: 0.1695 vs
-0.1773 (paired diff -0.0078 [-0.0101, -0.0055])``; the gate refuses such a model only with
-``gate.beat_best_baseline``.
+one line of at most 120 columns says so with the paired difference and its interval, e.g. ``model trails rp3beta
+(paired diff): recall@20 -0.0078 [-0.0101, -0.0055], NDCG@20 -0.0053 [-0.0065, -0.0040]`` (the two systems' values
+are in the table above it; without a paired difference, ``recall@20 0.1695 vs 0.1773``); the gate refuses such a
+model only with ``gate.beat_best_baseline``.
 """
 
 from __future__ import annotations
@@ -39,15 +40,16 @@ def trailing_line(metrics: Mapping) -> Optional[str]:
     best = best_baseline(metrics, columns[0])
     if best is None:
         return None
-    parts = []
+    parts, paired = [], False
     for metric in dict.fromkeys(columns[:2]):
         model, other = metrics.get(metric), metrics.get(f"baseline/{best}/{metric}")
         if model is None or other is None or model >= other:
             continue
         diff = f"paired/{best}/{metric}_diff"
-        paired = f" (paired diff {_with_ci(metrics, diff)})" if diff in metrics else ""
-        parts.append(f"{metric.replace('ndcg', 'NDCG')}: {_number(model)} vs {_number(other)}{paired}")
-    return f"model trails {best} on " + "; ".join(parts) if parts else None
+        paired |= diff in metrics
+        value = _with_ci(metrics, diff) if diff in metrics else f"{_number(model)} vs {_number(other)}"
+        parts.append(f"{metric.replace('ndcg', 'NDCG')} {value}")
+    return f"model trails {best}{' (paired diff)' if paired else ''}: " + ", ".join(parts) if parts else None
 
 
 def headline_table(metrics: Mapping) -> str:

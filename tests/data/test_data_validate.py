@@ -3,6 +3,7 @@
 import os
 import threading
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -93,6 +94,17 @@ def test_non_numeric_numeric_feature(tmp_path):
     path = _write(tmp_path, "users.csv", "user_id,age\n1,30\n2,old\n")
     e = _error(read_features, path, "user_id", kinds={"age": "numeric"})
     assert (e.column, e.row) == ("age", 1) and "'old'" in str(e)
+
+
+def test_only_an_empty_cell_is_missing_not_pandas_markers(tmp_path):
+    """A numeric cell reading n/a is refused (the guide: only an empty cell is missing), and a category named NA is
+    a value; pandas' defaults took both for missing values."""
+    path = _write(tmp_path, "users.csv", "user_id,age,region\n1,30,NA\n2,,EU\n3,n/a,EU\n")
+    e = _error(read_features, path, "user_id", kinds={"age": "numeric", "region": "categorical"})
+    assert (e.column, e.row) == ("age", 2) and "'n/a'" in str(e)
+    fine = _write(tmp_path, "fine.csv", "user_id,age,region\n1,30,NA\n2,,EU\n")
+    table = read_features(fine, "user_id", kinds={"age": "numeric", "region": "categorical"})
+    assert list(table["region"]) == ["NA", "EU"] and np.isnan(table["age"].iloc[1])
 
 
 def test_missing_file_and_unreadable_file(tmp_path):

@@ -217,9 +217,9 @@ def test_the_model_trailing_the_best_baseline_is_said_in_one_line(tmp_path):
                                 write=False)
     table = summary.headline_table(metrics)
     lines = [line for line in table.splitlines() if line.startswith("model trails")]
-    assert len(lines) == 1 and lines[0].startswith("model trails item_knn on recall@5: ")
-    assert f"{metrics['recall@5']:.4f} vs {metrics['baseline/item_knn/recall@5']:.4f} (paired diff " in lines[0]
-    assert "; NDCG@5: " in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("model trails item_knn (paired diff): recall@5 ")
+    assert f"recall@5 {metrics['paired/item_knn/recall@5_diff']:+.4f} [" in lines[0]
+    assert ", NDCG@5 " in lines[0] and len(lines[0]) <= summary.WIDTH
     assert table.splitlines()[0].startswith("| system |")
     assert "--config.train.teacher_items=10" in report.render_markdown(metrics)  # the lever for an item-item lead
     ahead = {**metrics, "recall@5": 1.0}
@@ -230,12 +230,19 @@ def test_trailing_line_format_and_silence_when_ahead():
     metrics = {"protocol/ks": [10, 20], "protocol/baselines": ["most_popular", "item_knn", "rp3beta"],
                "recall@20": 0.1695, "ndcg@20": 0.12, "baseline/most_popular/recall@20": 0.05,
                "baseline/item_knn/recall@20": 0.156, "baseline/rp3beta/recall@20": 0.1773,
-               "baseline/rp3beta/ndcg@20": 0.11, "paired/rp3beta/recall@20_diff": -0.0078,
+               "baseline/rp3beta/ndcg@20": 0.14, "paired/rp3beta/recall@20_diff": -0.0078,
                "paired/rp3beta/recall@20_diff_ci_low": -0.0101, "paired/rp3beta/recall@20_diff_ci_high": -0.0055}
-    assert summary.trailing_line(metrics) == ("model trails rp3beta on recall@20: 0.1695 vs 0.1773 (paired diff "
-                                              "-0.0078 [-0.0101, -0.0055])")
+    assert summary.trailing_line(metrics) == ("model trails rp3beta (paired diff): recall@20 -0.0078 [-0.0101, "
+                                              "-0.0055], NDCG@20 0.1200 vs 0.1400")
+    both = {**metrics, "paired/rp3beta/ndcg@20_diff": -0.0139, "paired/rp3beta/ndcg@20_diff_ci_low": -0.0196,
+            "paired/rp3beta/ndcg@20_diff_ci_high": -0.0077, "baseline/rp3beta/recall@20": 0.3053,
+            "recall@20": 0.2843, "paired/rp3beta/recall@20_diff": -0.0210,
+            "paired/rp3beta/recall@20_diff_ci_low": -0.0300, "paired/rp3beta/recall@20_diff_ci_high": -0.0090}
+    line = summary.trailing_line({**both, "protocol/baselines": ["most_popular", "item_knn", "rp3beta"]})
+    assert line == ("model trails rp3beta (paired diff): recall@20 -0.0210 [-0.0300, -0.0090], NDCG@20 -0.0139 "
+                    "[-0.0196, -0.0077]") and len(line) <= summary.WIDTH
     assert summary.headline_table(metrics).endswith("\n\n" + summary.trailing_line(metrics))
-    ahead = {**metrics, "recall@20": 0.18}
+    ahead = {**metrics, "recall@20": 0.18, "ndcg@20": 0.15}
     assert summary.trailing_line(ahead) is None and "trails" not in summary.headline_table(ahead)
 
 
