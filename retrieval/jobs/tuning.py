@@ -120,9 +120,10 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     if record.exists():
         return artifacts.read_json(record), None
     t = run.config.train
+    suited = [name for name in t.variants if not variants_lib.VARIANTS[name].unsuited(run.config, run.data)]
     logging.info("training in phases, each with its own ETA: tuning on the automatic holdout (early-stopped)%s, then %s",
-                 f", then the variants {', '.join(t.variants)} if it takes at most {t.variant_budget_s:g} s"
-                 if t.variants else "", "a refit on all training data" if t.refit else "no refit")
+                 f", then the variant{'s' * (len(suited) > 1)} {', '.join(suited)} if it takes at most "
+                 f"{t.variant_budget_s:g} s" if suited else "", "a refit on all training data" if t.refit else "no refit")
     configured = Choice(_teacher_always(run), run.tuning_checkpoints)
     tuned, model = _tune_variant(run, configured)
     tuned["teacher"] = configured.teacher
@@ -293,7 +294,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
         if warm_learning_rate is not None:
             train_config.learning_rate = float(warm_learning_rate)
     checkpoints = choice.checkpoints if tuning else paths.checkpoints
-    make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab)
+    make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab, examples)
     model = make_model()
     if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
         training.build_variables(model, examples)
@@ -344,13 +345,15 @@ def tuning_vocabulary(run: TrainingRun, item_vocab: Vocabulary) -> Vocabulary:
     return Vocabulary(item_vocab.ids, tuned)
 
 
-def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabulary) -> Callable[[], Any]:
-    """A function building a fresh model of the run's configuration in the configured strategy's scope."""
+def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabulary, examples: Any) -> Callable[[], Any]:
+    """A function building a fresh model of the run's configuration in the configured strategy's scope; ``examples``
+    (the phase's training examples) place the item neighbours (``train.item_neighbours``)."""
     from retrieval import distributed
     from retrieval.models import build_model
     from retrieval.models import config as model_config
 
     c, sets = run.config, run.data.is_set
+    neighbours = _item_neighbours(run, examples, item_vocab.size, user_vocab.size)
     strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
                                          ps_min_shard_bytes=c.train.ps_min_shard_bytes)
 
@@ -361,9 +364,27 @@ def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabular
                                handoff.feature_arrays(c.data, run.paths, "user", user_vocab),
                                inference_history=c.model.inference_history if sets else None,
                                inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
-                                                    if sets else 0), set_data=sets)
+                                                    if sets else 0), set_data=sets, item_neighbours=neighbours)
 
     return make_model
+
+
+def _item_neighbours(run: TrainingRun, examples: Any, n_items: int, n_users: int
+                     ) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """Every item's ``train.item_neighbours`` best neighbours under the run's tuned RP3beta, fitted on the phase's
+    training pairs (``teacher.neighbours``); None when off, or (logged) where the pairs are not held in memory as
+    sets."""
+    from retrieval.evaluation import runs
+
+    size = run.config.train.item_neighbours
+    if not size:
+        return None
+    if not hasattr(examples, "with_teacher"):
+        logging.info("train.item_neighbours=%d is off for this run: it needs set data held in memory "
+                     "(data.order=none, not streamed)", size)
+        return None
+    return teacher_lib.neighbours(examples.user, examples.label, n_users, n_items, size,
+                                  runs.tuned_params(run.paths.root, "rp3beta", Vocabulary.load(run.paths.item_vocab).ids))
 
 
 def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None, examples: Any = None) -> Any:
@@ -376,10 +397,10 @@ def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None
     from retrieval import training
 
     latest = _latest_tuning_checkpoint(run)
-    if make_model is None:
-        make_model = _model_maker(run, *run.vocabularies())
     if examples is None:
         examples = run.data.load_examples(run.paths, run.config, tuning=True)
+    if make_model is None:
+        make_model = _model_maker(run, *run.vocabularies(), examples)
     model = make_model()
     training.build_variables(model, examples)
     tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()
