@@ -91,12 +91,6 @@ TRAIN = Section("train", (
         "model's best weights on all training data for N epochs instead (the holdout's items enter the model), from the "
         "learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end: the "
         'refit then costs N epochs, not best-epoch-many (benchmarks/JOURNAL.md, "Issue 36").'),
-    Key("item_neighbours", 0, integer(0, 1000),
-        "Set data held in memory: each item vector adds the weighted mean of the id embeddings of its N best neighbours "
-        "under the run's RP3beta (tuned as for train.teacher_items, fitted on the phase's training pairs, each item's "
-        "weights summing to 1), a fixed one-step graph propagation (retrieval.models.layers.NeighbourMix): item-item "
-        "structure the towers would otherwise learn over many epochs. Exported vectors and the index are unchanged in "
-        "form. 0: off; off on sequences (logged)."),
     Key("teacher_items", 0, integer(0, 1000),
         "Set data held in memory: each user's top N unseen items under the run's RP3beta (its parameters tuned on the "
         "automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training targets, "
@@ -141,7 +135,6 @@ TRAIN = Section("train", (
     Key("large_catalogue.eval_max_users", 10_000, integer(0, COUNT)),
     Key("large_catalogue.refit_epochs", 2, integer(0, MAX_EPOCHS)),
     Key("large_catalogue.time_budget_s", 0.0, number(0, 7 * 86_400)),
-    Key("large_catalogue.item_neighbours", 0, integer(0, 1000)),
     Key("eval_metric_name", "val_recall", text(nonempty=True),
         "Name under which the validation metric is logged (Keras logs, TensorBoard)."),
     Key("eval_k", 20, integer(1, MAX_K),

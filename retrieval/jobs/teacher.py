@@ -41,23 +41,3 @@ def pairs(users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_
     logging.info("teacher: %d pairs from RP3beta (a %g, b %g, k %d), %d per user, in %.0f s", len(out_items),
                  params["a"], params["b"], params["k"], per_user, time.monotonic() - start)
     return out_users, out_items
-
-
-def neighbours(users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_item: int,
-               params: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """Every item's ``per_item`` best neighbours under RP3beta with ``params`` fitted on the training pairs
-    ``(users, items)``: ``[V, per_item]`` item indices and weights, each row's weights summing to 1 (0 where an item
-    has none)."""
-    start = time.monotonic()
-    train = csr_lib.from_pairs(np.asarray(users, np.int64), np.asarray(items, np.int64), n_users)
-    scorer = baselines.RP3beta(train, n_items, float(params["a"]), float(params["b"]), int(params["k"]))
-    fitted = scorer.first(per_item)
-    rows, weights = np.asarray(fitted.neighbours, np.int32), np.asarray(fitted.weights, np.float32)
-    if rows.shape[1] < per_item:
-        pad = per_item - rows.shape[1]
-        rows, weights = np.pad(rows, ((0, 0), (0, pad))), np.pad(weights, ((0, 0), (0, pad)))
-    total = weights.sum(axis=1, keepdims=True)
-    weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
-    logging.info("item neighbours: %d per item from RP3beta (a %g, b %g, k %d) in %.0f s", per_item, params["a"],
-                 params["b"], params["k"], time.monotonic() - start)
-    return rows, weights

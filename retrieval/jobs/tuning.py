@@ -294,7 +294,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
         if warm_learning_rate is not None:
             train_config.learning_rate = float(warm_learning_rate)
     checkpoints = choice.checkpoints if tuning else paths.checkpoints
-    make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab, examples)
+    make_model = _model_maker(run, tuning_vocabulary(run, item_vocab) if tuning else item_vocab, user_vocab)
     model = make_model()
     if warm_learning_rate is not None and not any(checkpoints.glob("ckpt*")):
         training.build_variables(model, examples)
@@ -345,15 +345,13 @@ def tuning_vocabulary(run: TrainingRun, item_vocab: Vocabulary) -> Vocabulary:
     return Vocabulary(item_vocab.ids, tuned)
 
 
-def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabulary, examples: Any) -> Callable[[], Any]:
-    """A function building a fresh model of the run's configuration in the configured strategy's scope; ``examples``
-    (the phase's training examples) place the item neighbours (``train.item_neighbours``)."""
+def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabulary) -> Callable[[], Any]:
+    """A function building a fresh model of the run's configuration in the configured strategy's scope."""
     from retrieval import distributed
     from retrieval.models import build_model
     from retrieval.models import config as model_config
 
     c, sets = run.config, run.data.is_set
-    neighbours = _item_neighbours(run, examples, item_vocab.size, user_vocab.size)
     strategy = distributed.make_strategy(c.train.strategy, ps_shards=c.train.ps_shards,
                                          ps_min_shard_bytes=c.train.ps_min_shard_bytes)
 
@@ -364,27 +362,9 @@ def _model_maker(run: TrainingRun, item_vocab: Vocabulary, user_vocab: Vocabular
                                handoff.feature_arrays(c.data, run.paths, "user", user_vocab),
                                inference_history=c.model.inference_history if sets else None,
                                inference_part_size=(model_config.inference_part_size(c.model, c.data.history_keep)
-                                                    if sets else 0), set_data=sets, item_neighbours=neighbours)
+                                                    if sets else 0), set_data=sets)
 
     return make_model
-
-
-def _item_neighbours(run: TrainingRun, examples: Any, n_items: int, n_users: int
-                     ) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """Every item's ``train.item_neighbours`` best neighbours under the run's tuned RP3beta, fitted on the phase's
-    training pairs (``teacher.neighbours``); None when off, or (logged) where the pairs are not held in memory as
-    sets."""
-    from retrieval.evaluation import runs
-
-    size = run.config.train.item_neighbours
-    if not size:
-        return None
-    if not hasattr(examples, "with_teacher"):
-        logging.info("train.item_neighbours=%d is off for this run: it needs set data held in memory "
-                     "(data.order=none, not streamed)", size)
-        return None
-    return teacher_lib.neighbours(examples.user, examples.label, n_users, n_items, size,
-                                  runs.tuned_params(run.paths.root, "rp3beta", Vocabulary.load(run.paths.item_vocab).ids))
 
 
 def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None, examples: Any = None) -> Any:
@@ -397,10 +377,10 @@ def tuned_model(run: TrainingRun, make_model: Optional[Callable[[], Any]] = None
     from retrieval import training
 
     latest = _latest_tuning_checkpoint(run)
+    if make_model is None:
+        make_model = _model_maker(run, *run.vocabularies())
     if examples is None:
         examples = run.data.load_examples(run.paths, run.config, tuning=True)
-    if make_model is None:
-        make_model = _model_maker(run, *run.vocabularies(), examples)
     model = make_model()
     training.build_variables(model, examples)
     tf.train.Checkpoint(model=model).restore(latest).expect_partial().assert_existing_objects_matched()

@@ -14,7 +14,7 @@ from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import config as config_lib
 from retrieval.models.content_profile import ContentProfile
-from retrieval.models.layers import EmbeddingTable, Initializers, NeighbourMix
+from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.sequence_encoder import SelfAttentionEncoder
 from retrieval.models.towers import ItemTower, UserTower
@@ -66,8 +66,7 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                 item_features: Optional[Mapping[str, np.ndarray]] = None,
                 user_features: Optional[Mapping[str, np.ndarray]] = None,
                 inference_history: Optional[int] = None, inference_part_size: int = 0,
-                set_data: bool = False,
-                item_neighbours: Optional[tuple[np.ndarray, np.ndarray]] = None) -> TwoTowerModel:
+                set_data: bool = False) -> TwoTowerModel:
     """Builds the two-tower model described by ``model_config`` (see ``retrieval.models.default_config``).
 
     Args:
@@ -81,8 +80,6 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         it for set data; see ``TwoTowerModel``).
       set_data: the histories are sets (``data.order=none``): pooling "self_attention", which reads order, falls
         back to "mean" (logged).
-      item_neighbours: ``[V, K]`` neighbour indices and weights that every item vector mixes in
-        (``layers.NeighbourMix``; ``train.item_neighbours``), or None.
 
     Returns:
       An uncompiled ``TwoTowerModel`` (``training.fit`` compiles it).
@@ -117,8 +114,7 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                                feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize,
                                warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed,
                                content_match=c.item_tower.content_match, content_profile=content_profile,
-                               cold_head=c.item_tower.cold_head,
-                               neighbours=NeighbourMix(*item_neighbours) if item_neighbours is not None else None)
+                               cold_head=c.item_tower.cold_head)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,

@@ -242,17 +242,3 @@ class AttentionPooling(tf.keras.layers.Layer):
         scores = tf.where(mask, scores, tf.fill(tf.shape(scores), scores.dtype.min))
         weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)
         return tf.einsum("bh,bhd->bd", weights, embeddings)
-
-
-class NeighbourMix:
-    """Adds to each embedding row the weighted sum of its neighbours' rows: ``e_i + sum_k w_ik e_{n_ik}`` for fixed
-    lists ``neighbours`` [V, K] and ``weights`` [V, K] (each row summing to 1 or 0), a one-step graph propagation
-    with a fixed normalised adjacency (LightGCN, He et al. 2020, eq. 3, with an item-item graph)."""
-
-    def __init__(self, neighbours: np.ndarray, weights: np.ndarray):
-        self.neighbours = tf.constant(np.asarray(neighbours, np.int32))
-        self.weights = tf.constant(np.asarray(weights, np.float32))
-
-    def __call__(self, table: tf.keras.layers.Layer, rows: tf.Tensor) -> tf.Tensor:
-        neighbours, weights = tf.gather(self.neighbours, rows), tf.gather(self.weights, rows)
-        return table(rows) + tf.reduce_sum(table(neighbours) * weights[..., tf.newaxis], axis=-2)

@@ -36,7 +36,6 @@ from retrieval.models.layers import (
     FeatureTables,
     Initializers,
     ItemIdRows,
-    NeighbourMix,
     masked_mean,
     mlp,
 )
@@ -51,15 +50,14 @@ class ItemTower(tf.keras.layers.Layer):
                  feature_embedding_dim: int = 16, l2_normalize: bool = False, warm: Optional[np.ndarray] = None,
                  id_dropout: float = 0.0, seed: Optional[int] = None, content_match: bool = False,
                  content_profile: Optional[ContentProfile] = None, cold_head: bool = False,
-                 neighbours: Optional[NeighbourMix] = None, name: str = "item_tower"):
+                 name: str = "item_tower"):
         """``warm`` ([V] bool, default all): which indices had training interactions; ``id_dropout``: the share of
         ids read at the unknown-id row in training; ``content_match``: a linear path from the feature encodings to
         the vector (``content_projection``, which the user tower shares); ``content_profile``: fixed content
         coordinates appended to the vector (``content_profile.ContentProfile``, shared with the user tower);
         ``cold_head``: the vector of an item placed by its features alone lands in a second block, scored by the
         user tower's second head (``[v, 0]`` for an item read by id, ``[0, v]`` for one read at the unknown-id row).
-        All apply only with ``features`` (without them an item is its id). ``neighbours``: the id row gains its
-        neighbours' rows (``NeighbourMix``; ``train.item_neighbours``)."""
+        All apply only with ``features`` (without them an item is its id)."""
         super().__init__(name=name)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(output_dim)
@@ -77,7 +75,6 @@ class ItemTower(tf.keras.layers.Layer):
                                    if features and content_match else None)
         self.content_profile = content_profile if features else None
         self.cold_head = bool(cold_head and features)
-        self.neighbours = neighbours
 
     @contextlib.contextmanager
     def features_only(self) -> Iterator[None]:
@@ -109,7 +106,7 @@ class ItemTower(tf.keras.layers.Layer):
                content: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Item vectors from id-table rows [...], the feature encodings [..., width] (``FeatureTables.encode``) and
         the scaled content coordinates [..., k] (``ContentProfile``), appended after the normalisation."""
-        x = self.id_embedding(id_rows) if self.neighbours is None else self.neighbours(self.id_embedding, id_rows)
+        x = self.id_embedding(id_rows)
         if encoded_features is not None:
             x = tf.concat([x, encoded_features], axis=-1)
         if self.mlp is not None:

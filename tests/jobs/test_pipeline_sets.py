@@ -145,27 +145,3 @@ def test_the_teacher_and_the_report_share_one_rp3beta_tuning_on_the_holdout(sort
     metrics = artifacts.read_json(job.paths.metrics)
     assert metrics["baseline/rp3beta/tuning_seconds"] == tuned["seconds"]
     assert {name: metrics[f"baseline/rp3beta/params/{name}"] for name in tuned["params"]} == tuned["params"]
-
-
-def test_item_neighbours_join_every_exported_item_vector(sorted_lines, tmp_path):
-    """train.item_neighbours: the item tower mixes each id row with its best RP3beta neighbours' rows (the run's
-    tuned RP3beta on the refit's training pairs, weights summing to 1), and the exported vectors are that mix."""
-    from retrieval import export
-
-    config = _config(sorted_lines, **{"train.item_neighbours": 3, "train.validation_fraction": 0.1,
-                                      "train.early_stopping_patience": 2, "train.epochs": 2,
-                                      "eval.baselines": ("most_popular", "rp3beta"), "eval.baseline_budget_s": 60.0})
-    job = TrainingJob(config, str(tmp_path), "neighbours")
-    job.run()
-    tower = job._trained.item_tower
-    rows, weights = tower.neighbours.neighbours.numpy(), tower.neighbours.weights.numpy()
-    assert rows.shape == (tower.vocab_size, 3)
-    clicked = weights.sum(axis=1) > 0
-    np.testing.assert_allclose(weights[clicked].sum(axis=1), 1.0, rtol=1e-5)
-    assert clicked.sum() > 0.9 * (tower.vocab_size - 2)
-    table = tower.id_embedding.embeddings.numpy()
-    mixed = table + np.einsum("vk,vkd->vd", weights, table[rows])
-    mixed /= np.linalg.norm(mixed, axis=1, keepdims=True)
-    ids, vectors = export.read_item_embeddings(job.paths.item_embeddings)
-    indices = job._vocabularies()[0].lookup(ids)
-    np.testing.assert_allclose(vectors, mixed[indices], atol=1e-5)

@@ -33,30 +33,3 @@ def test_teacher_pairs_are_each_users_top_unseen_items_under_rp3beta():
         expected = expected[scores[user, expected] > 0]
         np.testing.assert_allclose(np.sort(scores[user, mine]), np.sort(scores[user, expected]), rtol=1e-5)
         assert not (dense[user, mine] > 0).any()
-
-
-def _rp3beta_weights(dense: np.ndarray, a: float, b: float) -> np.ndarray:
-    """W = P_iu^a P_ui^a / degree_j^b with a zero diagonal (Paudel et al. 2017), densely."""
-    degree = np.maximum(dense.sum(0), 1)
-    p_ui = (dense / np.maximum(dense.sum(1, keepdims=True), 1)) ** a
-    p_iu = (dense.T / degree[:, None]) ** a
-    weights = (p_iu @ p_ui) / degree[None, :] ** b
-    np.fill_diagonal(weights, 0)
-    return weights
-
-
-def test_item_neighbours_are_each_items_best_rp3beta_rows_normalised():
-    rng = np.random.default_rng(5)
-    n_users, n_items = 50, 30 + NUM_RESERVED
-    dense = (rng.random((n_users, n_items)) < 0.2).astype(np.float64)
-    dense[:, :NUM_RESERVED] = 0
-    dense[:, -1] = 0  # an item nobody clicked has no neighbour: zero weights
-    users, items = np.nonzero(dense)
-    rows, weights = teacher.neighbours(users, items, n_users, n_items, 4, {"a": 0.5, "b": 0.3, "k": n_items})
-    assert rows.shape == weights.shape == (n_items, 4)
-    reference = _rp3beta_weights(dense, 0.5, 0.3)
-    for item in range(NUM_RESERVED, n_items - 1):
-        best = np.sort(reference[item])[::-1][:4]
-        np.testing.assert_allclose(weights[item], best / best.sum(), rtol=1e-5)
-        np.testing.assert_allclose(reference[item, rows[item]], best, rtol=1e-5)
-    assert not weights[-1].any() and not weights[:NUM_RESERVED].any()
