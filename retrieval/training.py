@@ -100,7 +100,7 @@ class ProgressLogger(_StepCallback):
         super().__init__()
         self.phase = f"{phase}: " if phase else ""
         self.quiet_s = float(quiet_s)
-        self._doing, self._last_line = "tracing and compiling the training step", time.monotonic()
+        self._doing = "tracing and compiling the training step"  # until the first execution ends
         self._watch = periodic.Periodic(self._say_what_is_going_on, max(self.quiet_s / 5, 0.05), "training-watch")
         self.every_steps, self.batch_size, self.total_steps = max(int(every_steps), 1), batch_size, total_steps
         self.steps_per_epoch, self.early = max(int(steps_per_epoch), 1), early
@@ -156,8 +156,8 @@ class ProgressLogger(_StepCallback):
                   "learning_rate": float(tf.keras.backend.get_value(self.model.optimizer.learning_rate)),
                   "examples_per_second": (step - self._last_step) * self.batch_size / max(now - self._last_time, 1e-9)}
         self._log("step %d (epoch %d/%d)  loss %.4f  lr %.3g  %.0f examples/s", step,
-                     min(step // self.steps_per_epoch + 1, self.epochs), self.epochs, values["loss"],
-                     values["learning_rate"], values["examples_per_second"])
+                  min(step // self.steps_per_epoch + 1, self.epochs), self.epochs, values["loss"],
+                  values["learning_rate"], values["examples_per_second"])
         self._write(values, step)
         self._last_step, self._last_time = step, now
 
