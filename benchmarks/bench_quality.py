@@ -25,8 +25,8 @@ their rows show the first seed's values. Datasets (from ``../shared/datasets/``)
 - ``gowalla-shape``: the time budget at Gowalla's size (29,858 users, 40,981 items, ~810k training pairs):
   synthetic planted-cluster sets dealt per user (seeded) into train 70% + validation 10% (one training file, id-sorted
   ``user item ...`` lines, detected as sets) and test 20%; its rows give each run's whole wall time, holdout and
-  refit included (the issue's budget: 15 minutes on 2 cores), and EASE^R's fit besides (a 41k x 41k inverse: the
-  run raises ``eval.baseline_memory_mb`` to :data:`GOWALLA_EASE_MB`; a user's run with the default budget skips it).
+  refit included (the issue's budget: 15 minutes on 2 cores), and EASE^R's fit besides (on its
+  ``eval.ease_max_items`` most clicked items, as a user's run fits it).
 
 - ``gowalla``, ``yelp2018``: the real large sparse sets (set-splits' ``train.txt``; their test parts are withheld),
   dealt by :func:`large_set_parts` into a seeded 80/20 per user (training file / test file, in a temporary
@@ -96,7 +96,6 @@ SET_SPLITS = ("ml-1m", "lastfm")
 ALL = (*SET_SPLITS, "amazon-beauty", "amazon-beauty-sets", "ml-100k", "gowalla-shape", "gowalla", "yelp2018")
 GOWALLA_SHAPE = {"num_users": 29_858, "num_items": 40_981, "interactions_per_user": 34.0}
 GOWALLA_SHARES = (0.7, 0.1)  # train and validation shares of each user's items; the rest is test
-GOWALLA_EASE_MB = 9000  # EASE^R at 40,981 items: baselines.ease_memory_mb estimates 8.3 GB
 LARGE_SETS = ("gowalla", "yelp2018")  # the real large sparse sets: train.txt only, dealt 80/20 by large_set_parts
 TEST_SHARE = 0.2  # each user's share of their train.txt dealt to the test part (a seeded random 80/20)
 SPLIT_SEED = 0  # the split of the first seed's run; seed s deals with SPLIT_SEED + s - FIRST_SEED (fresh draws)
@@ -218,8 +217,7 @@ def _data(dataset: str, tmp: Path, smoke: bool) -> tuple[dict, str]:
         return _sequence(path, "csv")
     if dataset in SET_SPLITS or dataset == "gowalla-shape":
         parts = set_split_parts(dataset, tmp)
-        extra = {} if dataset in SET_SPLITS else {"eval.baseline_memory_mb": GOWALLA_EASE_MB}
-        return ({**one_command(parts["train_valid"], parts["test"]), **extra},
+        return (one_command(parts["train_valid"], parts["test"]),
                 "sets: train + valid as the training file -> test" if dataset in SET_SPLITS else
                 "id-sorted sets, 70% train + 10% valid as the training file -> 20% test")
     if dataset in LARGE_SETS:
@@ -280,20 +278,23 @@ def _minus_recipe(runs: list[tuple[dict, dict]], recipe_runs: list[tuple[dict, d
 def _ease_kept_on_disk(directory: Path):
     """EASE^R's weights fitted once per training matrix and lambda, then read back from ``directory`` by the next
     seeds' evaluations: the baselines do not depend on the model's seed (same training file, same vocabulary), so a
-    seed's run reuses the first one's weights instead of another 38k x 38k inversion (minutes on 2 cores). The
-    weights are keyed by a digest of the incidence and lambda: a different matrix is fitted afresh."""
+    seed's run reuses the first one's weights instead of another inversion (a minute or more on 2 cores). The
+    weights are keyed by a digest of the incidence, lambda and the item cap: a different matrix is fitted afresh."""
     original = baselines.Ease
 
     class KeptEase(original):
-        def __init__(self, train, n_items: int, l2: float = baselines.EASE_LAMBDA, **kwargs):
+        def __init__(self, train, n_items: int, l2: float = baselines.EASE_LAMBDA, max_items: int = 0, **kwargs):
             incidence = baselines._sparse(train, n_items)
             digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (
-                incidence.indptr, incidence.indices, np.array([n_items, l2], np.float64)))).hexdigest()[:16]
+                incidence.indptr, incidence.indices, np.array([n_items, l2, max_items], np.float64)))).hexdigest()[:16]
             path = directory / f"ease-{digest}.npy"
             if path.exists():
-                self.incidence, self.weights = incidence, np.load(path)
+                self.n_items = n_items
+                self.items = baselines.ease_items(np.bincount(train.indices, minlength=n_items), max_items)
+                self.incidence = incidence[:, self.items] if self.items is not None else incidence
+                self.weights = np.load(path)
                 return
-            super().__init__(train, n_items, l2, **kwargs)
+            super().__init__(train, n_items, l2, max_items=max_items, **kwargs)
             np.save(path, self.weights)
 
     baselines.Ease = KeptEase

@@ -23,8 +23,9 @@ the arguments of ``retrieval.evaluation.evaluator.evaluate`` while the library's
 
 For every beta the captured vectors and matrices are re-evaluated with ``evaluator.evaluate``; beta is chosen on
 validation NDCG@20 only. At beta = 0 and at the chosen beta the test evaluation also runs EASE^R (the pipeline's
-``eval.ease_lambda``) with the evaluator's paired per-user bootstrap (1,000 resamples, the run's seed), and the beta =
-0 model as another system, so ``paired/ease`` is the prior model minus EASE^R on the same users.
+``eval.ease_lambda`` and ``eval.ease_max_items``) with the evaluator's paired per-user bootstrap (1,000 resamples,
+the run's seed), and the beta = 0 model as another system, so ``paired/ease`` is the prior model minus EASE^R on the
+same users.
 
     python -m benchmarks.experiments.probe_popularity_prior --dataset=ml-1m --seed=42 [--out=probe.json]
 
@@ -49,7 +50,7 @@ from benchmarks import bench_quality
 from retrieval import artifacts
 from retrieval.data import handoff
 from retrieval.errors import GateError
-from retrieval.evaluation import evaluator, ranking, runs
+from retrieval.evaluation import baselines, evaluator, ranking, runs
 from retrieval.jobs import identity, tuning
 from retrieval.jobs.job import TrainingJob
 
@@ -128,7 +129,9 @@ def probe(dataset: str, seed: int, tmp: Path, betas=BETAS, epochs: int = 0) -> d
     paired = {}
     for beta in sorted({0.0, chosen}):
         result = _evaluate(test, beta, temperature, baselines=("ease",), others={"beta0": plain},
-                           n_bootstrap=config.eval.bootstrap, seed=seed, ease_lambda=config.eval.ease_lambda,
+                           n_bootstrap=config.eval.bootstrap, seed=seed,
+                           baseline_defaults=baselines.config_defaults(config.eval.ease_lambda,
+                                                                       config.eval.ease_max_items),
                            baseline_memory_mb=config.eval.baseline_memory_mb)
         paired[str(beta)] = {key: value for key, value in result.items()
                              if key.startswith(("paired/", "baseline/ease/")) or key in (f"recall@{K}", f"ndcg@{K}")}

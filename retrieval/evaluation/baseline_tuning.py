@@ -156,7 +156,7 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
     start = clock()
     rows, relevant = validation_users(holdout, max_users, seed, exclude_train)
     tuned = Tuned(name, dict(default), metric, [], planned, 0.0, len(rows))
-    memory = baselines_lib.skip_reason(name, holdout.n_items, memory_mb)
+    memory = baselines_lib.skip_reason(name, holdout.n_items, memory_mb, default)
     if memory is not None or not len(rows) or budget_s <= 0:
         why = (memory if memory is not None else "no validation user with a training history" if not len(rows)
                else "eval.baseline_budget_s = 0")

@@ -26,8 +26,9 @@ read the registry at once.
   ``score(u, .) = X[u] W``. Parameters ``a``, ``b``, ``k``.
 - ``ease``: EASE^R (Steck, "Embarrassingly Shallow Autoencoders for Sparse Data", WWW 2019, eq. 8), the closed-form
   item-item linear model ``B = I - P diag(1 / diag(P))`` with ``P = (X^T X + lambda I)^-1`` (zero diagonal), and
-  ``score(u, .) = X[u] B``. One parameter, the L2 weight ``lambda`` (:data:`EASE_LAMBDA` = 500, the paper's value
-  for MovieLens-20M, and ``eval.ease_lambda``; it measures recall@20 0.282 on ``set-splits/ml-1m``). It needs the
+  ``score(u, .) = X[u] B``. Its parameter is the L2 weight ``lambda`` (:data:`EASE_LAMBDA` = 500, the paper's value
+  for MovieLens-20M, and ``eval.ease_lambda``; it measures recall@20 0.282 on ``set-splits/ml-1m``); ``items`` (not
+  tuned: :data:`EASE_MAX_ITEMS`, ``eval.ease_max_items``) caps the most clicked items it models. It needs the
   dense item x item Gram matrix and its inverse in one float32 buffer: :func:`ease_memory_mb` estimates the peak
   (7.4 GB at Gowalla's 41k items), and :func:`skip_reason` says why it does not fit a memory budget
   (``eval.baseline_memory_mb``, default :data:`BASELINE_MEMORY_MB`), so that the evaluator skips it rather than let
@@ -49,8 +50,8 @@ that win, of points that share work:
   item-kNN) reads 0.130; shrink 10-50 lifts it to 0.16, the asymmetric alpha 0.75 (shrink 0-10, k 200) to 0.171;
   alpha 0.9 reads 0.169 and alpha 1 (the conditional probability) 0.163.
 - ``ease``: lambda in {100, 300, 500, 1000, 3000} (Steck's values: 200 for the Million Song Dataset, 500 for
-  MovieLens-20M, 1000 for Netflix); every lambda is a fit of its own (a Cholesky of V^3 / 3 flops: about 5 minutes
-  at 41k items, so a large catalogue keeps its default, ``eval.ease_lambda``).
+  MovieLens-20M, 1000 for Netflix); every lambda is a fit of its own (a Cholesky of V^3 / 3 flops: 35 s at the
+  default cap of 15,000 items, about 11 minutes at 41k, where it keeps ``eval.ease_lambda``).
 
 Construction of item-kNN and RP3beta never builds the dense item x item matrix (41k items would need 6.7 GB): the
 rows of the item x item product (X^T X, or ``P_iu^a P_ui^a``) are computed by SciPy's sparse product in item blocks
@@ -73,6 +74,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Mapping, NamedTuple, Optio
 
 import numpy as np
 
+from retrieval.data.vocab import NUM_RESERVED
 from retrieval.evaluation import csr as csr_lib
 
 if TYPE_CHECKING:
@@ -84,6 +86,11 @@ EASE_LAMBDA = 500.0
 # Gram-matrix columns (and rows mirrored) per block: a [V, 2048] float32 temporary (0.3 GB at 41k items; at 4096
 # it was twice that for the same speed).
 EASE_BLOCK = 2048
+# Default of eval.ease_max_items: EASE^R models the 15,000 most clicked items at most. Its fit is cubic in them: 35 s
+# at 15k on 2 cores, so its five lambdas are tuned within eval.baseline_budget_s, where all of Gowalla's 41k take
+# 11 minutes a fit. The price on Gowalla (a 10% holdout of split 0's 80%, 5,000 users, lambda 500): recall@20 0.1533
+# at 15k items (69% of the pairs), 0.1616 at 20k (77%), 0.1748 with all; tuned RP3beta reads above all three there.
+EASE_MAX_ITEMS = 15_000
 # Default of eval.baseline_memory_mb: EASE^R up to about 43k items (Gowalla's 41k need 7.4 GB; the Cholesky and the
 # inverse take about five minutes there on 2 cores).
 BASELINE_MEMORY_MB = 8192
@@ -276,20 +283,30 @@ class Ease:
     - LAPACK's Cholesky factorises and inverts it in place (``spotrf`` + ``spotri``: the matrix is symmetric positive
       definite for lambda > 0; half the flops of an LU inverse and no second ``V x V`` copy);
     - the upper triangle of the inverse is mirrored ``block`` rows at a time, and the weights overwrite it.
-    Scoring multiplies the users' sparse rows by the weights (work ``|train(u)| V`` per user)."""
+    Scoring multiplies the users' sparse rows by the weights (work ``|train(u)| V`` per user).
 
-    def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA, block: int = EASE_BLOCK):
+    ``max_items`` (``eval.ease_max_items``; 0: all) fits it on that many of the most clicked items only (ties: the
+    lower index), as EASE^R's own evaluation prunes its catalogues (Steck 2019, sec. 4: the Million Song Dataset's songs
+    listened to by at least 200 users, 41k): the fit is cubic in the items, so 20,000 of Gowalla's 41k take an eighth of the time.
+    The other items are not ranked (score -inf) and their clicks leave the users' rows; :attr:`modelled` says how
+    many items it ranks."""
+
+    def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA, block: int = EASE_BLOCK,
+                 max_items: int = 0):
         import scipy.linalg.lapack
 
         if l2 <= 0:
             raise ValueError(f"EASE's lambda must be positive, got {l2}")
-        self.incidence = _sparse(train, n_items)
+        self.n_items = n_items
+        self.items = ease_items(np.bincount(train.indices, minlength=n_items), max_items)
+        self.incidence = _sparse(train, n_items)[:, self.items] if self.items is not None else _sparse(train, n_items)
+        size = self.incidence.shape[1]
         by_item = self.incidence.T.tocsr()
-        precision = np.empty((n_items, n_items), np.float32, order="F")  # LAPACK reads the upper triangle only
-        for start in range(0, n_items, block):
-            stop = min(start + block, n_items)
+        precision = np.empty((size, size), np.float32, order="F")  # LAPACK reads the upper triangle only
+        for start in range(0, size, block):
+            stop = min(start + block, size)
             precision[:stop, start:stop] = (by_item[:stop] @ by_item[start:stop].T).toarray()
-        precision[np.diag_indices(n_items)] += l2
+        precision[np.diag_indices(size)] += l2
         with _openblas_threads(1):
             factor, info = scipy.linalg.lapack.spotrf(precision, lower=False, overwrite_a=True, clean=False)
         if info == 0:
@@ -301,11 +318,32 @@ class Ease:
         # the C-ordered transpose holds B's rows as the sparse product reads them.
         weights = precision.T
         weights /= -np.diag(weights)[None, :]
-        weights[np.diag_indices(n_items)] = 0.0
+        weights[np.diag_indices(size)] = 0.0
         self.weights = weights
 
+    @property
+    def modelled(self) -> int:
+        """The number of catalogue items it ranks (all but the reserved ones unless ``max_items`` pruned them)."""
+        return len(self.items) if self.items is not None else self.n_items - NUM_RESERVED
+
     def __call__(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(self.incidence[np.asarray(rows, dtype=np.int64)] @ self.weights, dtype=np.float32)
+        scores = np.asarray(self.incidence[np.asarray(rows, dtype=np.int64)] @ self.weights, dtype=np.float32)
+        if self.items is None:
+            return scores
+        out = np.full((len(scores), self.n_items), -np.inf, np.float32)
+        out[:, self.items] = scores
+        return out
+
+
+def ease_items(popularity: np.ndarray, max_items: int) -> Optional[np.ndarray]:
+    """The sorted indices of the ``max_items`` most clicked catalogue items of ``popularity`` (counts aligned with
+    vocabulary indices; the reserved indices never), ties to the lower index; None when ``max_items`` is 0 or keeps
+    every item."""
+    if not max_items or len(popularity) - NUM_RESERVED <= max_items:
+        return None
+    counts = np.asarray(popularity[NUM_RESERVED:], np.int64)
+    order = np.argsort(-counts, kind="stable")[:max_items]
+    return np.sort(order) + NUM_RESERVED
 
 
 def _sparse(train: csr_lib.Csr, n_items: int, dtype=np.float32) -> scipy.sparse.csr_matrix:
@@ -397,10 +435,11 @@ class Training(NamedTuple):
 # baseline's first fit, its own measured times after that.
 SORT_S_PER_PAIR = 1.2e-7  # one weighting's argsort of the product's entries, per multiply-add of the product
 PRODUCT_S_PER_PAIR = 3e-8  # the sparse item x item product
-# EASE^R's Cholesky factorisation and inverse, per V^3: about 5 minutes at 41k items (spotrf alone 174 s). On a box
-# whose cores other jobs keep busy, the multithreaded spotri can take several times longer (8k items: 29 s against
-# 5 s on one thread), so this is a lower bound there.
-EASE_S_PER_CUBE = 4.5e-12
+# EASE^R's Gram matrix, Cholesky factorisation and inverse, per V^3 (V: the items it models): 11.4, 34.7 and 74.7 s
+# at 10k, 15k and 20k of Gowalla's items on an idle box, 1.0-1.1e-11 per cube. On a box whose cores other jobs keep
+# busy, the multithreaded spotri can take several times longer (8k items: 29 s against 5 s on one thread), so this
+# is a lower bound there.
+EASE_S_PER_CUBE = 1e-11
 
 
 def _neighbour_seconds(separate: str) -> Callable[[Shape, Sequence[Params]], float]:
@@ -413,13 +452,22 @@ def _neighbour_seconds(separate: str) -> Callable[[Shape, Sequence[Params]], flo
     return seconds
 
 
+def ease_size(n_items: int, point: Params) -> int:
+    """The items EASE^R models at ``point`` in a catalogue of ``n_items`` vocabulary rows (its ``items`` cap, 0: all;
+    the reserved rows never)."""
+    items = int(point.get("items", 0))
+    return min(n_items - NUM_RESERVED, items) if items else n_items - NUM_RESERVED
+
+
 def _ease_seconds(shape: Shape, points: Sequence[Params]) -> float:
-    return len(points) * (EASE_S_PER_CUBE * float(shape.n_items) ** 3 + PRODUCT_S_PER_PAIR * shape.pair_work)
+    return sum(EASE_S_PER_CUBE * float(ease_size(shape.n_items, point)) ** 3 + PRODUCT_S_PER_PAIR * shape.pair_work
+               for point in points)
 
 
 def _fit_ease(training: Training, points: Sequence[Params]) -> list[Scorer]:
     # Ease looked up at call time: benchmarks/bench_quality.py swaps in a version that keeps its weights on disk.
-    return [Ease(training.train, training.n_items, float(point["lambda"])) for point in points]
+    return [Ease(training.train, training.n_items, float(point["lambda"]), max_items=int(point["items"]))
+            for point in points]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,8 +481,8 @@ class Baseline:
     - ``separate``: the parameters every value of which costs a fit of its own; points that differ in the others
       only are fitted together (tuning counts its time budget in such fits);
     - ``whole_matrix``: it is fitted on every user's training items (a user sample cannot fit it);
-    - ``memory_mb(n_items)``: the memory it needs beyond the evaluation's own (None: none that grows with the
-      catalogue);
+    - ``memory_mb(n_items, point)``: the memory it needs beyond the evaluation's own at ``point`` (None: none that
+      grows with the catalogue);
     - ``seconds(shape, points)``: estimated time of fitting ``points`` together (None: negligible).
     """
 
@@ -443,7 +491,7 @@ class Baseline:
     grid: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=lambda: types.MappingProxyType({}))
     separate: tuple[str, ...] = ()
     whole_matrix: bool = False
-    memory_mb: Optional[Callable[[int], float]] = None
+    memory_mb: Optional[Callable[[int, Params], float]] = None
     seconds: Optional[Callable[[Shape, Sequence[Params]], float]] = None
 
     @property
@@ -478,21 +526,25 @@ BASELINES: dict[str, Baseline] = {
         defaults=_frozen({"a": 0.75, "b": 0.35, "k": 200}),
         grid=_frozen({"a": (0.5, 0.75, 1.0), "b": (0.2, 0.35, 0.5), "k": (100, 200, 400)}),
         separate=("a",), whole_matrix=True, seconds=_neighbour_seconds("a")),
-    "ease": Baseline(_fit_ease, defaults=_frozen({"lambda": EASE_LAMBDA}),
+    "ease": Baseline(_fit_ease, defaults=_frozen({"lambda": EASE_LAMBDA, "items": EASE_MAX_ITEMS}),
                      grid=_frozen({"lambda": (100.0, 300.0, 500.0, 1000.0, 3000.0)}), separate=("lambda",),
-                     whole_matrix=True, memory_mb=ease_memory_mb, seconds=_ease_seconds),
+                     whole_matrix=True, memory_mb=lambda n_items, point: ease_memory_mb(ease_size(n_items, point)),
+                     seconds=_ease_seconds),
 }
 NAMES = tuple(BASELINES)
 
 
-def skip_reason(name: str, n_items: int, memory_budget_mb: float) -> Optional[str]:
-    """Why baseline ``name`` does not fit ``memory_budget_mb`` for this catalogue (None: it fits). Only EASE^R's
-    memory grows with the square of the catalogue; the other baselines stay within the evaluation's own."""
+def skip_reason(name: str, n_items: int, memory_budget_mb: float, point: Optional[Params] = None) -> Optional[str]:
+    """Why baseline ``name`` at ``point`` (default: its defaults) does not fit ``memory_budget_mb`` for this
+    catalogue (None: it fits). Only EASE^R's memory grows with the square of the items it models; the other baselines
+    stay within the evaluation's own."""
     memory_mb = BASELINES[name].memory_mb if name in BASELINES else None
-    needed = memory_mb(n_items) if memory_mb is not None else 0.0
+    point = point if point is not None else (BASELINES[name].defaults if name in BASELINES else {})
+    needed = memory_mb(n_items, point) if memory_mb is not None else 0.0
     if needed <= memory_budget_mb:
         return None
-    return (f"{n_items} items need about {needed:.0f} MB for the dense item x item matrix and its inverse, over "
+    size = ease_size(n_items, point) if name == "ease" else n_items
+    return (f"{size} items need about {needed:.0f} MB for the dense item x item matrix and its inverse, over "
             f"eval.baseline_memory_mb = {memory_budget_mb:g}")
 
 
@@ -502,19 +554,24 @@ def _baseline(name: str) -> Baseline:
     return BASELINES[name]
 
 
-def params_of(name: str, params: Optional[Params] = None, ease_lambda: Optional[float] = None) -> dict[str, float]:
-    """The full parameter point of baseline ``name``: its defaults (EASE^R's lambda: ``ease_lambda`` when given),
-    overridden by ``params``."""
-    baseline = _baseline(name)
-    point = dict(baseline.defaults)
-    if ease_lambda is not None and "lambda" in point:
-        point["lambda"] = float(ease_lambda)
-    unknown = sorted(set(params or {}) - set(point))
-    if unknown:
-        raise ValueError(f"baseline {name} has no parameter {', '.join(unknown)}; its parameters: "
-                         f"{', '.join(point) or 'none'}")
-    point.update(params or {})
+def params_of(name: str, params: Optional[Params] = None,
+              defaults: Optional[Mapping[str, Params]] = None) -> dict[str, float]:
+    """The full parameter point of baseline ``name``: its registry defaults, overridden by the config's
+    (``defaults``: by baseline name, :func:`config_defaults`), overridden by ``params``."""
+    point = dict(_baseline(name).defaults)
+    for given in ((defaults or {}).get(name), params):
+        unknown = sorted(set(given or {}) - set(point))
+        if unknown:
+            raise ValueError(f"baseline {name} has no parameter {', '.join(unknown)}; its parameters: "
+                             f"{', '.join(point) or 'none'}")
+        point.update(given or {})
     return point
+
+
+def config_defaults(ease_lambda: float = EASE_LAMBDA, ease_max_items: int = EASE_MAX_ITEMS) -> dict[str, dict]:
+    """The baselines' defaults a run's config sets (``eval.ease_lambda``, ``eval.ease_max_items``), by name, as
+    :func:`params_of` and ``baseline_tuning.tune_all`` read them."""
+    return {"ease": {"lambda": float(ease_lambda), "items": int(ease_max_items)}}
 
 
 def fit(name: str, training: Training, points: Sequence[Params]) -> list[Scorer]:
@@ -523,7 +580,7 @@ def fit(name: str, training: Training, points: Sequence[Params]) -> list[Scorer]
 
 
 def make(name: str, train: csr_lib.Csr, n_items: int, popularity: np.ndarray, seed: int = 0,
-         params: Optional[Params] = None, *, ease_lambda: Optional[float] = None) -> Scorer:
+         params: Optional[Params] = None, *, defaults: Optional[Mapping[str, Params]] = None) -> Scorer:
     """The scorer of baseline ``name`` (one of :data:`BASELINES`) with ``params`` (missing ones: the defaults, see
     :func:`params_of`); see :func:`skip_reason` for the memory it needs."""
-    return fit(name, Training(train, n_items, popularity, seed), [params_of(name, params, ease_lambda)])[0]
+    return fit(name, Training(train, n_items, popularity, seed), [params_of(name, params, defaults)])[0]

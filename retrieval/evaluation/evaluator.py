@@ -132,7 +132,7 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
              baselines: Sequence[str] = baselines_lib.NAMES, others: Optional[Mapping[str, ranking.Scorer]] = None,
              n_bootstrap: int = 1000, seed: int = 0, ann_index=None, ann_index_offset: int = 0,
              head_share: float = 0.8, max_block_bytes: int = 256 << 20,
-             ease_lambda: float = baselines_lib.EASE_LAMBDA,
+             baseline_defaults: Optional[Mapping[str, Mapping[str, float]]] = None,
              baseline_memory_mb: float = baselines_lib.BASELINE_MEMORY_MB,
              baseline_params: Optional[Mapping[str, Mapping[str, float]]] = None,
              progress_interval_s: float = PROGRESS_INTERVAL_S) -> dict:
@@ -154,7 +154,8 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
         ``ranking.ann_top_k``).
       head_share: share of training interactions the popularity head holds (tail metrics).
       max_block_bytes: memory bound of one score block.
-      ease_lambda: EASE^R's L2 weight, unless ``baseline_params`` gives one.
+      baseline_defaults: the config's defaults per baseline name (``baselines.config_defaults``: EASE^R's lambda and
+        items), unless ``baseline_params`` gives them.
       baseline_memory_mb: memory a baseline may take (``baselines.skip_reason``).
       baseline_params: parameters per baseline name (e.g. chosen by ``baseline_tuning``); the others: defaults.
       progress_interval_s: seconds between progress lines (users ranked, rate, ETA) while ranking.
@@ -183,7 +184,9 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
     }
     exclude = train if exclude_train else None
     systems = [("", "model", ranking.dot_scorer(user_vectors, item_vectors))]
-    skipped = {name: baselines_lib.skip_reason(name, n_items, baseline_memory_mb) for name in baselines}
+    points = {name: baselines_lib.params_of(name, (baseline_params or {}).get(name), baseline_defaults)
+              for name in baselines}
+    skipped = {name: baselines_lib.skip_reason(name, n_items, baseline_memory_mb, points[name]) for name in baselines}
     skipped = {name: reason for name, reason in skipped.items() if reason is not None}
     for name, reason in skipped.items():
         logging.warning("baseline %s skipped: %s", name, reason)
@@ -191,13 +194,19 @@ def evaluate(user_vectors: np.ndarray, item_vectors: np.ndarray, train: csr_lib.
     out.update({f"protocol/skipped/{name}": reason for name, reason in skipped.items()})
     fitted = [name for name in baselines if name not in skipped]
     for number, name in enumerate(fitted, 1):
-        params = baselines_lib.params_of(name, (baseline_params or {}).get(name), ease_lambda)
+        params = points[name]
         start = time.monotonic()
         with heartbeat(f"fitting baseline {name} ({number} of {len(fitted)}) on {n_items - NUM_RESERVED:,} items and "
                        f"{train.indices.size:,} training pairs", progress_interval_s):
             scorer = baselines_lib.make(name, train, n_items, popularity, seed, params)
         systems.append((f"baseline/{name}/", name, scorer))
         out[f"baseline/{name}/fit_seconds"] = time.monotonic() - start
+        modelled = getattr(scorer, "items", None)  # EASE^R on its most clicked items only (eval.ease_max_items)
+        if modelled is not None:
+            share = popularity[modelled].sum() / max(popularity[NUM_RESERVED:].sum(), 1)
+            out[f"baseline/{name}/note"] = (f"models the {len(modelled):,} most clicked of {n_items - NUM_RESERVED:,} "
+                                            f"items ({share:.0%} of the training pairs; eval.ease_max_items)")
+            logging.info("baseline %s %s", name, out[f"baseline/{name}/note"])
         out.update({f"baseline/{name}/params/{param}": value for param, value in params.items()})
     systems += [(f"{name}/", name, scorer) for name, scorer in (others or {}).items()]
     progress = Progress(len(systems) * sum(len(rows) for rows in groups.values()), progress_interval_s)

@@ -85,8 +85,7 @@ def _baselines(metrics: Mapping) -> list[str]:
                  if prefix + "tuning/grid" in metrics else "–")
         rows.append([name, params or "–", _number(metrics.get(f"{prefix}validation/{metric}")), tried,
                      _seconds(metrics.get(prefix + "tuning_seconds")), _seconds(metrics.get(prefix + "fit_seconds"))])
-        if metrics.get(prefix + "tuning/note"):
-            notes.append(f"- {name}: {metrics[prefix + 'tuning/note']}")
+        notes += [f"- {name}: {metrics[prefix + key]}" for key in ("tuning/note", "note") if metrics.get(prefix + key)]
     lines = ["", "## Baselines", "",
              f"**Tuning:** {metrics.get('protocol/baseline_tuning', 'none (no tunable baseline)')}.", ""]
     lines += _table(["baseline", "parameters", f"validation {metric}", "points tried", "tuning (s)", "fit (s)"], rows)

@@ -32,7 +32,8 @@ from retrieval.evaluation import baseline_tuning, cold_items, evaluator, loading
 from retrieval.evaluation import baselines as baselines_lib
 
 DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
-            "ease_lambda": baselines_lib.EASE_LAMBDA, "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
+            "ease_lambda": baselines_lib.EASE_LAMBDA, "ease_max_items": baselines_lib.EASE_MAX_ITEMS,
+            "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
             "baseline_budget_s": baseline_tuning.BUDGET_S, "baseline_tuning_users": baseline_tuning.TUNING_USERS,
             "max_users": 0}
 # Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
@@ -102,6 +103,11 @@ def _other_run(other_dir, data: protocols.EvalData, rows: np.ndarray, train) -> 
     return ranking.dot_scorer(user_vectors, item_vectors, unavailable)
 
 
+def _baseline_defaults(settings: dict) -> dict[str, dict]:
+    """The baselines' defaults the run's ``eval`` settings give (``baselines.config_defaults``)."""
+    return baselines_lib.config_defaults(settings["ease_lambda"], settings["ease_max_items"])
+
+
 def _tune_baselines(paths: artifacts.RunPaths, catalogue: np.ndarray, train: Optional[pd.DataFrame],
                     settings: dict, names: Optional[Sequence[str]] = None) -> tuple[dict, str]:
     """The tunable baselines of ``settings`` (or ``names``) tuned on the run's holdout (``baseline_tuning``), and the
@@ -116,8 +122,8 @@ def _tune_baselines(paths: artifacts.RunPaths, catalogue: np.ndarray, train: Opt
     if holdout is None:
         logging.warning("baselines not tuned: the run has no validation data (no automatic holdout, no validation "
                         "file); %s keep their defaults", ", ".join(names))
-    key = {name: settings[name] for name in ("ks", "ease_lambda", "baseline_budget_s", "baseline_tuning_users", "seed",
-                                             "baseline_memory_mb", "exclude_train")}
+    key = {name: settings[name] for name in ("ks", "ease_lambda", "ease_max_items", "baseline_budget_s",
+                                             "baseline_tuning_users", "seed", "baseline_memory_mb", "exclude_train")}
     key["items"] = len(catalogue)
     record_path = paths.root / TUNING_RECORD
     record = artifacts.read_json(record_path) if record_path.exists() else {}
@@ -125,7 +131,7 @@ def _tune_baselines(paths: artifacts.RunPaths, catalogue: np.ndarray, train: Opt
              if name in record and record[name]["key"] == json.loads(json.dumps(key, default=str))}
     missing = [name for name in names if name not in tuned]
     tuned.update(baseline_tuning.tune_all(
-        missing, holdout, report.headline_k(settings["ks"]), defaults={"ease": {"lambda": settings["ease_lambda"]}},
+        missing, holdout, report.headline_k(settings["ks"]), defaults=_baseline_defaults(settings),
         budget_s=settings["baseline_budget_s"], max_users=settings["baseline_tuning_users"], seed=settings["seed"],
         memory_mb=settings["baseline_memory_mb"], exclude_train=settings["exclude_train"]))
     if holdout is not None and missing:
@@ -155,9 +161,11 @@ def tune_baselines(run_dir, catalogue: np.ndarray) -> tuple[list[str], dict]:
     evaluation will fit (``eval.baselines`` within ``eval.baseline_memory_mb``) and the tuned parameters by name."""
     settings = _settings(run_dir)
     tuned, _ = _tune_baselines(artifacts.RunPaths(run_dir), catalogue, None, settings)
-    names = [name for name in settings["baselines"]
-             if baselines_lib.skip_reason(name, len(catalogue), settings["baseline_memory_mb"]) is None]
-    return names, {name: dict(result.params) for name, result in tuned.items()}
+    params = {name: dict(result.params) for name, result in tuned.items()}
+    names = [name for name in settings["baselines"] if baselines_lib.skip_reason(
+        name, len(catalogue), settings["baseline_memory_mb"],
+        baselines_lib.params_of(name, params.get(name), _baseline_defaults(settings))) is None]
+    return names, params
 
 
 def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optional[str] = None, *,
@@ -236,7 +244,7 @@ def evaluate_run(run_dir, ks: Optional[Sequence[int]] = None, test_path: Optiona
         exclude_train=settings["exclude_train"], baselines=settings["baselines"], others=others,
         n_bootstrap=settings["bootstrap"], seed=settings["seed"], ann_index=ann_index,
         ann_index_offset=ann_index_offset, head_share=head_share,
-        max_block_bytes=max_block_bytes, ease_lambda=settings["ease_lambda"],
+        max_block_bytes=max_block_bytes, baseline_defaults=_baseline_defaults(settings),
         baseline_memory_mb=settings["baseline_memory_mb"],
         baseline_params={name: t.params for name, t in tuned.items()})
     result.update(data.counts)

@@ -55,14 +55,18 @@ def test_ease_kept_on_disk_gives_the_fitted_weights_and_reads_them_back(tmp_path
     train = csr.from_pairs(rows, cols, 30)
     reference = baselines.Ease(train, 25, 5.0).weights
     with bench_quality._ease_kept_on_disk(tmp_path):
-        first = baselines.make("ease", train, 25, np.ones(25), ease_lambda=5.0)
+        first = baselines.make("ease", train, 25, np.ones(25), params={"lambda": 5.0, "items": 0})
         (saved,) = tmp_path.glob("ease-*.npy")
         np.save(saved, np.load(saved) + 1.0)  # a second scorer must read the file, not fit again
-        second = baselines.make("ease", train, 25, np.ones(25), ease_lambda=5.0)
-        other = baselines.make("ease", train, 25, np.ones(25), ease_lambda=6.0)  # another lambda: fitted afresh
+        second = baselines.make("ease", train, 25, np.ones(25), params={"lambda": 5.0, "items": 0})
+        other = baselines.make("ease", train, 25, np.ones(25), params={"lambda": 6.0})  # another lambda: afresh
+        capped = baselines.make("ease", train, 25, np.ones(25), params={"lambda": 5.0, "items": 10})  # and cap
+        capped_again = baselines.make("ease", train, 25, np.ones(25), params={"lambda": 5.0, "items": 10})
     np.testing.assert_array_equal(first.weights, reference)
     np.testing.assert_array_equal(second.weights, reference + 1.0)
     np.testing.assert_array_equal(other.weights, baselines.Ease(train, 25, 6.0).weights)
+    np.testing.assert_array_equal(capped.weights, baselines.Ease(train, 25, 5.0, max_items=10).weights)
+    np.testing.assert_array_equal(capped_again(np.arange(30)), capped(np.arange(30)))
     assert baselines.Ease.__name__ == "Ease"  # restored on exit
 
 

@@ -123,8 +123,9 @@ def test_a_small_budget_tries_fewer_points_keeps_the_best_so_far_and_says_so(pla
 
 
 def test_ease_at_a_large_catalogue_keeps_its_lambda_in_one_line(monkeypatch, caplog):
-    """41k items: one EASE^R fit (a Cholesky of the 41k x 41k Gram matrix) is estimated over the default budget, so
-    nothing is fitted and the configured lambda stays."""
+    """41k items, all modelled (``eval.ease_max_items=0``): one EASE^R fit (a Cholesky of the 41k x 41k Gram matrix)
+    is estimated over the default budget, so nothing is fitted and the configured lambda stays; at the default cap
+    of 15,000 items its fits start."""
     n_items = 40_983
     rng = np.random.default_rng(0)
     train = csr.from_pairs(rng.integers(0, 50, 400), rng.integers(2, n_items, 400), 50)
@@ -132,20 +133,21 @@ def test_ease_at_a_large_catalogue_keeps_its_lambda_in_one_line(monkeypatch, cap
                                       n_items, "synthetic")
     monkeypatch.setattr(baselines, "Ease", None)  # a fit would fail
     with caplog.at_level(logging.INFO, logger="absl"):
-        tuned = baseline_tuning.tune("ease", holdout, defaults={"lambda": 250.0}, memory_mb=1e9)
-    assert tuned.params == {"lambda": 250.0} and tuned.points == []
+        tuned = baseline_tuning.tune("ease", holdout, defaults={"lambda": 250.0, "items": 0}, memory_mb=1e9)
+    assert tuned.params == {"lambda": 250.0, "items": 0} and tuned.points == []
     lines = [r.getMessage() for r in caplog.records if "baseline ease" in r.getMessage()]
     assert len(lines) == 1 and "not tuned: one fit" in lines[0] and ", over eval.baseline_budget_s = 300" in lines[0]
-    assert "lambda=250 (defaults)" in lines[0]
-    estimate = baselines.BASELINES["ease"].seconds(baselines.Shape.of(train, n_items), [tuned.params])
-    assert 200 < estimate < 600  # about five minutes on 2 cores
-    small = baseline_tuning.Holdout(train, holdout.validation, 20_000, "synthetic")  # 40 s a fit: the budget holds 2
-    monkeypatch.setattr(baselines, "Ease", lambda *args: pytest.fail("a fit started"))
+    assert "lambda=250 items=0 (defaults)" in lines[0]
+    shape = baselines.Shape.of(train, n_items)
+    assert 600 < baselines.BASELINES["ease"].seconds(shape, [tuned.params]) < 800  # about 11 minutes on 2 cores
+    capped = baselines.params_of("ease")  # the default cap: 15,000 items, 34 s a fit, so the budget holds the grid
+    assert 30 < baselines.BASELINES["ease"].seconds(shape, [capped]) < 40
+    monkeypatch.setattr(baselines, "Ease", lambda *args, **kwargs: pytest.fail("a fit started"))
     with pytest.raises(pytest.fail.Exception):
-        baseline_tuning.tune("ease", small, memory_mb=1e9)
-    one = baseline_tuning.tune("ease", small, memory_mb=1e9, budget_s=60)  # ... but not 60 s
+        baseline_tuning.tune("ease", holdout, memory_mb=1e9)
+    one = baseline_tuning.tune("ease", holdout, memory_mb=1e9, budget_s=60)  # ... but not 60 s
     assert one.points == [] and "eval.baseline_budget_s = 60 does not hold the defaults' and another" in one.note
-    over_memory = baseline_tuning.tune("ease", holdout, memory_mb=4096)
+    over_memory = baseline_tuning.tune("ease", holdout, defaults={"items": 0}, memory_mb=4096)
     assert over_memory.points == [] and "eval.baseline_memory_mb" in over_memory.note
 
 

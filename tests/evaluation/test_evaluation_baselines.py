@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from retrieval.data.vocab import NUM_RESERVED
 from retrieval.evaluation import baselines, csr, ranking
 
 
@@ -135,7 +136,10 @@ def test_registry_declares_defaults_grids_and_makes_scorers_from_params(varied):
     made = baselines.make("rp3beta", train, dense.shape[1], np.ones(40), params={"b": 0.5, "k": 5})
     np.testing.assert_allclose(made(rows), _dense_rp3beta(dense, baselines.BASELINES["rp3beta"].defaults["a"], 0.5, 5),
                                rtol=1e-5, atol=1e-7)
-    assert baselines.params_of("ease", {}, ease_lambda=7.0) == {"lambda": 7.0}
+    configured = baselines.config_defaults(ease_lambda=7.0, ease_max_items=900)
+    assert baselines.params_of("ease", {}, configured) == {"lambda": 7.0, "items": 900}
+    assert baselines.params_of("ease", {"lambda": 3.0}, configured) == {"lambda": 3.0, "items": 900}
+    assert baselines.params_of("ease") == {"lambda": baselines.EASE_LAMBDA, "items": baselines.EASE_MAX_ITEMS}
     with pytest.raises(ValueError, match="has no parameter z"):
         baselines.make("rp3beta", train, 40, np.ones(40), params={"z": 1})
 
@@ -173,6 +177,27 @@ def test_ease_matches_closed_form(incidence):
     np.testing.assert_allclose(ease(rows), dense[rows] @ reference, rtol=1e-4, atol=1e-5)
 
 
+def test_ease_on_the_most_clicked_items_is_ease_of_their_columns(incidence):
+    """``max_items``: EASE^R fitted on the columns of the most clicked items only (the float64 reference on that
+    submatrix), the other items unranked (-inf), ties in popularity to the lower index."""
+    dense, train = incidence
+    counts = dense.sum(axis=0)
+    kept = baselines.ease_items(np.bincount(train.indices, minlength=dense.shape[1]), 12)
+    order = sorted(range(NUM_RESERVED, dense.shape[1]), key=lambda item: (-counts[item], item))[:12]
+    np.testing.assert_array_equal(kept, sorted(order))
+    sub = dense[:, kept]
+    precision = np.linalg.inv(sub.T @ sub + 5.0 * np.eye(12))
+    reference = np.eye(12) - precision / np.diag(precision)[None, :]
+    ease = baselines.Ease(train, dense.shape[1], l2=5.0, block=5, max_items=12)
+    rows = np.array([3, 0, 59, 21])
+    scores = ease(rows)
+    assert ease.modelled == 12 and scores.shape == (4, dense.shape[1])
+    np.testing.assert_allclose(scores[:, kept], sub[rows] @ reference, rtol=1e-4, atol=1e-5)
+    assert np.isneginf(np.delete(scores, kept, axis=1)).all()
+    assert baselines.ease_items(counts, 0) is None and baselines.ease_items(counts, dense.shape[1]) is None
+    assert baselines.Ease(train, dense.shape[1], 5.0, max_items=dense.shape[1]).modelled == dense.shape[1] - 2
+
+
 def test_openblas_threads_are_restored():
     """EASE^R's Cholesky runs on one OpenBLAS thread (its multithreaded one crashes on large orders); the count the
     process had comes back afterwards, also when the block raises."""
@@ -202,7 +227,10 @@ def test_ease_memory_estimate_bounds_its_peak():
 
 def test_skip_reason_names_the_budget():
     assert baselines.skip_reason("ease", 1000, 100) is None
-    reason = baselines.skip_reason("ease", 30_000, 4096)
+    reason = baselines.skip_reason("ease", 30_002, 4096, {"lambda": 500.0, "items": 0})
     assert "30000 items need about 4136 MB" in reason and "eval.baseline_memory_mb = 4096" in reason
     assert baselines.skip_reason("ease", 40_983, baselines.BASELINE_MEMORY_MB) is None  # Gowalla: the default fits
+    all_items = {"lambda": 500.0, "items": 0}
+    assert "40981 items need about" in baselines.skip_reason("ease", 40_983, 4096, all_items)
+    assert baselines.skip_reason("ease", 40_983, 4096) is None  # the default cap: 15,000 items need 1.2 GB
     assert baselines.skip_reason("item_knn", 30_000, 1) is None

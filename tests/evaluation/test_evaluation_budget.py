@@ -36,12 +36,27 @@ def test_ease_over_the_budget_is_skipped_with_its_reason(data, caplog):
     assert "baseline/ease/recall@5" not in metrics and "baseline/most_popular/recall@5" in metrics
     assert any("baseline ease skipped" in record.getMessage() for record in caplog.records)
     text = report.render_markdown(metrics)
-    assert "Baseline ease skipped: 25 items need about" in text
+    assert "Baseline ease skipped: 23 items need about" in text  # 25 rows, 2 reserved
 
 
 def test_ease_within_the_budget_runs(data):
     metrics = _evaluate(data, baseline_memory_mb=baselines.ease_memory_mb(25))
     assert metrics["protocol/skipped_baselines"] == [] and "baseline/ease/recall@5" in metrics
+
+
+def test_ease_on_its_most_clicked_items_says_so_in_the_report(data, caplog):
+    """``eval.ease_max_items`` below the catalogue: EASE^R is fitted, its parameters carry the cap, and one line (log
+    and report) says how many items it modelled and what share of the training pairs they hold."""
+    _, _, train, _ = data
+    with caplog.at_level(logging.INFO, logger="absl"):
+        metrics = _evaluate(data, baseline_defaults=baselines.config_defaults(ease_max_items=10))
+    assert metrics["baseline/ease/params/items"] == 10 and "baseline/ease/recall@5" in metrics
+    counts = np.sort(np.bincount(train.indices, minlength=25)[2:])[::-1]
+    share = counts[:10].sum() / counts.sum()
+    note = f"models the 10 most clicked of 23 items ({share:.0%} of the training pairs; eval.ease_max_items)"
+    assert metrics["baseline/ease/note"] == note
+    assert sum(f"baseline ease {note}" == r.getMessage() for r in caplog.records) == 1
+    assert f"- ease: {note}" in report.render_markdown({**metrics, "protocol/baselines": ["most_popular", "ease"]})
 
 
 def test_progress_lines_count_users_and_estimate_the_rest(data, caplog):
