@@ -95,6 +95,7 @@ class FeatureTables(tf.keras.layers.Layer):
                  name: str = "features"):
         super().__init__(name=name)
         self.names = sorted(tables)
+        self.vocab_size = int(vocab_size)
         self._tables, self._embeddings, self._kinds = {}, {}, {}
         for feature in self.names:
             table = np.asarray(tables[feature])
@@ -125,6 +126,11 @@ class FeatureTables(tf.keras.layers.Layer):
         """Returns the concatenated feature encodings of ``indices`` [...] -> [..., width]."""
         return self.encode({feature: tf.gather(self._tables[feature], indices) for feature in self.names},
                            indices.shape.rank)
+
+    def encode_all(self) -> tf.Tensor:
+        """The encodings of every vocabulary row, ``[vocab_size, width]``: what :meth:`call` gives for
+        ``tf.range(vocab_size)``, without the gather."""
+        return self.encode({feature: tf.convert_to_tensor(self._tables[feature]) for feature in self.names}, 1)
 
     def encode(self, values: Mapping[str, tf.Tensor], rank: int) -> tf.Tensor:
         """Encodes coded feature values (each ``[...]`` of rank ``rank``, plus ``[M]``/``[k]`` for multi-valued and

@@ -83,6 +83,35 @@ def test_history_items_add_their_features_so_a_cold_item_moves_the_user(vocab, i
     assert not np.allclose(vectors[1], vectors[2])
 
 
+@pytest.mark.parametrize("content_match", [False, True])
+def test_training_encodes_each_items_features_once_with_the_same_values_and_gradients(vocab, item_features,
+                                                                                     monkeypatch, content_match):
+    """In training the history's item features are encoded once per vocabulary row and gathered
+    (``towers.ENCODE_EVERY_ITEM_ROWS``): the user vectors and every gradient equal those of encoding each slot."""
+    from retrieval.models import towers
+
+    model = model_of(vocab, item_features, content_match=content_match, l2_normalize=False)
+    inputs = {"user": tf.constant([2, 3, 2]), "history": tf.constant([[3, 2 + WARM, 7, 0], [5, 5, 2, 0], [9, 4, 3, 6]])}
+
+    def vectors_and_gradients():
+        with tf.GradientTape() as tape:
+            out = model.user_tower(inputs, training=True)
+            loss = tf.reduce_sum(tf.sin(3.0 * out))
+        gradients = tape.gradient(loss, model.user_tower.trainable_variables)
+        return out.numpy(), [None if g is None else tf.convert_to_tensor(g).numpy() for g in gradients]
+
+    per_item = vectors_and_gradients()
+    monkeypatch.setattr(towers, "ENCODE_EVERY_ITEM_ROWS", 0)
+    per_slot = vectors_and_gradients()
+    np.testing.assert_allclose(per_item[0], per_slot[0], rtol=1e-5, atol=1e-6)
+    assert len(per_item[1]) == len(per_slot[1]) > 0
+    for fast, slow in zip(per_item[1], per_slot[1], strict=True):
+        assert (fast is None) == (slow is None)
+        if fast is not None:
+            np.testing.assert_allclose(fast, slow, rtol=1e-4, atol=1e-6)
+    assert sum(g is not None and np.abs(g).sum() > 0 for g in per_item[1]) >= 3  # the feature tables' included
+
+
 def test_dropout_acts_in_training_only(vocab, item_features):
     model = model_of(vocab, item_features, dropout=0.9)
     items = tf.constant(np.arange(2, 2 + WARM), tf.int32)
