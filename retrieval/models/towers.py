@@ -186,9 +186,9 @@ class UserTower(tf.keras.layers.Layer):
         mask = history >= MASK_BELOW
         rows = history if self.item_id_rows is None else self.item_id_rows(history, training=training)
         watched = self.history_embedding(rows)
-        history_features = None
+        matched = None
         if self.item_features is not None:
-            projected, history_features = self._history_item_features(history, bool(training))
+            projected, matched = self._history_item_features(history, bool(training))
             watched = watched + projected
         if self.sequence_encoder is not None:
             states = self.sequence_encoder(watched, mask, training=training)
@@ -217,7 +217,7 @@ class UserTower(tf.keras.layers.Layer):
             parts = [pooled] + [tf.repeat(part[:, tf.newaxis], positions, axis=1) for part in parts[1:]]
         x = self.mlp(tf.concat(parts, axis=-1))
         if self.content_projection is not None:  # W mean(features of the history): the content-match term's side
-            term = self.content_projection(masked_mean(history_features, mask, chunked=self.chunked_pooling))
+            term = masked_mean(matched, mask, chunked=self.chunked_pooling)
             x = x + tf.concat([term] * self.heads, axis=-1)
         if self.user_id_gate:
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
@@ -228,18 +228,19 @@ class UserTower(tf.keras.layers.Layer):
 
     def _history_item_features(self, history: tf.Tensor, training: bool) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
         """The history items' projected feature encodings ``[B, H, d]`` (added to their id embeddings) and, for the
-        content-match term, their raw encodings ``[B, H, width]`` (else None).
+        content-match term, their encodings through its map ``[B, H, d]`` (else None; the term is their mean, ``W``
+        of the mean encoding, the map being linear).
 
         In training, where the vocabulary has at most :data:`ENCODE_EVERY_ITEM_ROWS` rows, every item is encoded and
-        projected once a step and the history slots gather the results: MovieLens-1M's 3.7k items against a batch's
-        1024 x 50 slots. The values are the same as encoding each slot (the projection is linear without a bias); a
+        mapped once a step and the history slots gather the results: MovieLens-1M's 3.7k items against a batch's
+        1024 x 50 slots. The values are the same as encoding each slot (both maps are linear without a bias); a
         larger catalogue, and inference (a few users), encode per slot."""
         if training and self.item_features.vocab_size <= ENCODE_EVERY_ITEM_ROWS:
-            table = self.item_features.encode_all()
-            raw = tf.gather(table, history) if self.content_projection is not None else None
-            return tf.gather(self.history_features(table), history), raw
-        raw = self.item_features(history)
-        return self.history_features(raw), raw
+            encodings, gather = self.item_features.encode_all(), lambda rows: tf.gather(rows, history)
+        else:
+            encodings, gather = self.item_features(history), lambda values: values
+        matched = (gather(self.content_projection(encodings)) if self.content_projection is not None else None)
+        return gather(self.history_features(encodings)), matched
 
     def normalize(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): each head of the
