@@ -236,10 +236,10 @@ class UserTower(tf.keras.layers.Layer):
         1024 x 50 slots. The values are the same as encoding each slot (both maps are linear without a bias); a
         larger catalogue, and inference (a few users), encode per slot."""
         if training and self.item_features.vocab_size <= ENCODE_EVERY_ITEM_ROWS:
-            encodings, gather = self.item_features.encode_all(), lambda rows: tf.gather(rows, history)
+            encodings, gather = self.item_features.encode_all(), lambda table: tf.gather(table, history)
         else:
             encodings, gather = self.item_features(history), lambda values: values
-        matched = (gather(self.content_projection(encodings)) if self.content_projection is not None else None)
+        matched = gather(self.content_projection(encodings)) if self.content_projection is not None else None
         return gather(self.history_features(encodings)), matched
 
     def normalize(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
