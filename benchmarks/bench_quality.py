@@ -284,14 +284,12 @@ def _ease_kept_on_disk(directory: Path):
 
     class KeptEase(original):
         def __init__(self, train, n_items: int, l2: float = baselines.EASE_LAMBDA, max_items: int = 0, **kwargs):
-            incidence = baselines._sparse(train, n_items)
             digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in (
-                incidence.indptr, incidence.indices, np.array([n_items, l2, max_items], np.float64)))).hexdigest()[:16]
+                train.indptr, train.indices, np.array([n_items, l2, max_items], np.float64)))).hexdigest()[:16]
             path = directory / f"ease-{digest}.npy"
             if path.exists():
                 self.n_items = n_items
-                self.items = baselines.ease_items(np.bincount(train.indices, minlength=n_items), max_items)
-                self.incidence = incidence[:, self.items] if self.items is not None else incidence
+                self.items, self.incidence = self.modelled_incidence(train, n_items, max_items)
                 self.weights = np.load(path)
                 return
             super().__init__(train, n_items, l2, max_items=max_items, **kwargs)

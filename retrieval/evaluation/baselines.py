@@ -288,8 +288,8 @@ class Ease:
     ``max_items`` (``eval.ease_max_items``; 0: all) fits it on that many of the most clicked items only (ties: the
     lower index), as EASE^R's own evaluation prunes its catalogues (Steck 2019, sec. 4: the Million Song Dataset's songs
     listened to by at least 200 users, 41k): the fit is cubic in the items, so 20,000 of Gowalla's 41k take an eighth of the time.
-    The other items are not ranked (score -inf) and their clicks leave the users' rows; :attr:`modelled` says how
-    many items it ranks."""
+    The other items are not ranked (score -inf) and their clicks leave the users' rows; :attr:`items` holds the
+    modelled ones (None: all)."""
 
     def __init__(self, train: csr_lib.Csr, n_items: int, l2: float = EASE_LAMBDA, block: int = EASE_BLOCK,
                  max_items: int = 0):
@@ -298,8 +298,7 @@ class Ease:
         if l2 <= 0:
             raise ValueError(f"EASE's lambda must be positive, got {l2}")
         self.n_items = n_items
-        self.items = ease_items(np.bincount(train.indices, minlength=n_items), max_items)
-        self.incidence = _sparse(train, n_items)[:, self.items] if self.items is not None else _sparse(train, n_items)
+        self.items, self.incidence = self.modelled_incidence(train, n_items, max_items)
         size = self.incidence.shape[1]
         by_item = self.incidence.T.tocsr()
         precision = np.empty((size, size), np.float32, order="F")  # LAPACK reads the upper triangle only
@@ -321,10 +320,14 @@ class Ease:
         weights[np.diag_indices(size)] = 0.0
         self.weights = weights
 
-    @property
-    def modelled(self) -> int:
-        """The number of catalogue items it ranks (all but the reserved ones unless ``max_items`` pruned them)."""
-        return len(self.items) if self.items is not None else self.n_items - NUM_RESERVED
+    @staticmethod
+    def modelled_incidence(train: csr_lib.Csr, n_items: int,
+                           max_items: int) -> tuple[Optional[np.ndarray], scipy.sparse.csr_matrix]:
+        """The items modelled under ``max_items`` (:func:`ease_items`; None: all) and the incidence on their
+        columns, what the weights multiply."""
+        items = ease_items(np.bincount(train.indices, minlength=n_items), max_items)
+        incidence = _sparse(train, n_items)
+        return items, (incidence[:, items] if items is not None else incidence)
 
     def __call__(self, rows: np.ndarray) -> np.ndarray:
         scores = np.asarray(self.incidence[np.asarray(rows, dtype=np.int64)] @ self.weights, dtype=np.float32)

@@ -191,11 +191,12 @@ def test_ease_on_the_most_clicked_items_is_ease_of_their_columns(incidence):
     ease = baselines.Ease(train, dense.shape[1], l2=5.0, block=5, max_items=12)
     rows = np.array([3, 0, 59, 21])
     scores = ease(rows)
-    assert ease.modelled == 12 and scores.shape == (4, dense.shape[1])
+    assert len(ease.items) == 12 and scores.shape == (4, dense.shape[1])
     np.testing.assert_allclose(scores[:, kept], sub[rows] @ reference, rtol=1e-4, atol=1e-5)
     assert np.isneginf(np.delete(scores, kept, axis=1)).all()
     assert baselines.ease_items(counts, 0) is None and baselines.ease_items(counts, dense.shape[1]) is None
-    assert baselines.Ease(train, dense.shape[1], 5.0, max_items=dense.shape[1]).modelled == dense.shape[1] - 2
+    uncapped = baselines.Ease(train, dense.shape[1], 5.0, max_items=dense.shape[1])
+    assert uncapped.items is None and uncapped.incidence.shape[1] == dense.shape[1]  # every item modelled
 
 
 def test_openblas_threads_are_restored():
