@@ -60,13 +60,15 @@ class PreparedData:
     example_kind: Optional[str] = None  # one of prepare.EXAMPLE_KINDS
     streamed: bool = False  # prepared on partitions: training streams the examples from the shard files
     holdout: Optional[dict] = None  # the automatic validation holdout (train.validation_fraction), when made
+    items_per_user: Optional[float] = None  # training interactions per user, on average
 
     @classmethod
     def from_summary(cls, summary: Optional[dict]) -> PreparedData:
         summary = summary or {}
         examples = summary.get("examples") or {}
+        users, interactions = summary.get("users"), summary.get("train_interactions")
         return cls((summary.get("order") or {}).get("order"), examples.get("kind"), bool(examples.get("streamed")),
-                   summary.get("tuning"))
+                   summary.get("tuning"), interactions / users if users and interactions else None)
 
     @property
     def is_set(self) -> bool:

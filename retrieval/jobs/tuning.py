@@ -134,7 +134,7 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
             logging.info("teacher: the tuned RP3beta reads %s %.4f on the holdout, above the towers' %.4f: tuning "
                          "them again with its top %d items per user%s", t.eval_metric_name, rp3beta,
                          tuned["best_metric"], t.teacher_items,
-                         f" and variant {variants_lib.describe(run.config, t.teacher_variant)}" if t.teacher_variant
+                         f" and variant {variants_lib.describe(run.config, t.teacher_variant, run.data)}" if t.teacher_variant
                          else "")
             variant = t.teacher_variant or None
             taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR, variant))
@@ -204,10 +204,10 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
             continue
         if first_seconds > t.variant_budget_s:
             reason = f"the first tuning took {first_seconds:.0f} s, over train.variant_budget_s = {t.variant_budget_s:g} s"
-            logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name), reason)
+            logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name, run.data), reason)
             trials.append({"variant": name, "tried": False, "reason": reason})
             continue
-        logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name))
+        logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name, run.data))
         trial, trial_model = _tune_variant(run, Choice(bool(tuned["teacher"]), run.tuning_checkpoints / name, name))
         kept = (trial["best_metric"] is not None
                 and trial["best_metric"] > best["best_metric"] * (1.0 + t.variant_min_gain))
@@ -273,7 +273,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
         raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
     choice = choice or _choice(run)
     prepared_cap = run.config.data.max_examples_per_user
-    run = dataclasses.replace(run, config=variants_lib.apply(run.config, choice.variant))
+    run = dataclasses.replace(run, config=variants_lib.apply(run.config, choice.variant, run.data))
     c, paths = run.config, run.paths
     item_vocab, user_vocab = run.vocabularies()
     config_checks.check_tables(c, item_vocab.size, user_vocab.size)  # the catalogue is known: do the tables fit?

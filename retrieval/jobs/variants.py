@@ -27,20 +27,42 @@ from retrieval.data import handoff
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A named change to the run's config: ``overrides(config)`` maps dotted keys to their values in the variant;
+    """A named change to the run's config: ``overrides(config, data)`` maps dotted keys to their values in the
+    variant (``data``: the run's prepared data, None where there is none, as in ``configs/sequential.py``);
     ``unsuited(config, data)`` says why the run's config or prepared data cannot use it (None: they can)."""
 
     name: str
     description: str
-    overrides: Callable[[ml_collections.ConfigDict], Mapping[str, Any]]
+    overrides: Callable[[ml_collections.ConfigDict, Optional[handoff.PreparedData]], Mapping[str, Any]]
     unsuited: Callable[[ml_collections.ConfigDict, handoff.PreparedData], Optional[str]] = lambda config, data: None
 
 
-def _softer(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+def _softer(config: ml_collections.ConfigDict, data: Optional[handoff.PreparedData]) -> Mapping[str, Any]:
     return {"model.temperature": 2.0 * float(config.model.temperature)}
 
 
-def _self_attention(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+POSITIONS_PER_STEP = 2048  # the self-attentive variant's step: about this many target positions (users_per_step)
+USERS_PER_STEP = (16, 256)  # ... in at least 16 and at most 256 users (configs/sequential.py's batch)
+
+
+def users_per_step(config: ml_collections.ConfigDict, data: Optional[handoff.PreparedData]) -> int:
+    """The self-attentive variant's batch: users whose histories hold about ``POSITIONS_PER_STEP`` target positions
+    (each user's last ``max_history + 1`` items, at the data's mean items per user), within ``USERS_PER_STEP``.
+
+    Why: every position of every history in a step is a target, and each is scored against all the step's target
+    items (in-batch negatives), so a step costs the square of its positions. Short histories (Amazon Beauty: about 7
+    training items per user) fill 256 users with about 1,800 positions; the bundled log's 49 items per user filled
+    12,500 positions at 256 users, 2.2 s a step and 6 minutes of the README's command. At 42 users a step there,
+    the step is 10x cheaper and validation recall@20 rose 0.3017 -> 0.3160 (more, smaller steps; batch 30:
+    benchmarks/JOURNAL.md, "The self-attentive variant's step"). Without data (``configs/sequential.py``): 256."""
+    low, high = USERS_PER_STEP
+    if data is None or not data.items_per_user:
+        return high
+    positions = min(float(data.items_per_user), int(config.model.max_history) + 1)
+    return int(min(max(round(POSITIONS_PER_STEP / positions), low), high))
+
+
+def _self_attention(config: ml_collections.ConfigDict, data: Optional[handoff.PreparedData]) -> Mapping[str, Any]:
     """SASRec's tower (Kang and McAuley 2018) as ``configs/sequential.py`` ships it: the causal encoder over the item
     table it shares with the item tower, every position a target; early-stopped like the recipe, with room for small
     logs, where an epoch of one example per user is a handful of steps (MovieLens-100K: 4 at batch 256)."""
@@ -61,15 +83,16 @@ def _self_attention(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
         # 0.1411-0.1426 without it, 0.1430-0.1446 at 0.1, 0.1420-0.1472 at 0.2 (two runs) and 0.1423-0.1469 at 0.3,
         # rising to 0.1504 by epoch 21 (JOURNAL.md, "Issue 37: item-mask augmentation").
         "model.user_tower.sequence.item_mask": 0.3,
-        # 256 users a step (about 1,500 positions: the in-batch negatives of every position).
-        "train.batch_size": 256,
+        # About 2,048 target positions a step (the in-batch negatives of every position): 256 users of short
+        # histories, fewer of long ones.
+        "train.batch_size": users_per_step(config, data),
         # Five times the configured epoch cap (an epoch is a few steps), early-stopped sooner than the recipe.
         "train.epochs": 5 * int(config.train.epochs),
         "train.early_stopping_patience": 5,
     }
 
 
-def _user_ids(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+def _user_ids(config: ml_collections.ConfigDict, data: Optional[handoff.PreparedData]) -> Mapping[str, Any]:
     """A user-id embedding beside the pooled history, SimpleX's gated sum (Mao et al. 2021): u = g e_user + (1 - g)
     MLP(history). Alone it lost where item-item structure is weak (Yelp2018's holdout) and barely moved Gowalla's;
     with the item-item teacher on Gowalla it lifted the holdout well above both (benchmarks/JOURNAL.md, "Issue 47:
@@ -98,18 +121,20 @@ VARIANTS = {variant.name: variant for variant in (
 assert tuple(VARIANTS) == settings.VARIANTS, "retrieval.settings.VARIANTS names the registered variants"
 
 
-def apply(config: ml_collections.ConfigDict, name: Optional[str]) -> ml_collections.ConfigDict:
-    """``config`` itself without a variant (``name`` None), else a copy with the variant's overrides."""
+def apply(config: ml_collections.ConfigDict, name: Optional[str],
+          data: Optional[handoff.PreparedData] = None) -> ml_collections.ConfigDict:
+    """``config`` itself without a variant (``name`` None), else a copy with the variant's overrides (for the run's
+    prepared ``data``, when given)."""
     if name is None:
         return config
     changed = copy.deepcopy(config)  # its references (the seeds' to config.seed) kept within the copy
-    changed.update_from_flattened_dict(dict(VARIANTS[name].overrides(config)))
+    changed.update_from_flattened_dict(dict(VARIANTS[name].overrides(config, data)))
     return changed
 
 
-def describe(config: ml_collections.ConfigDict, name: str) -> str:
+def describe(config: ml_collections.ConfigDict, name: str, data: Optional[handoff.PreparedData] = None) -> str:
     """One line: the variant's name, what it changes, and the values it sets, e.g. ``softer (the temperature
     doubled: model.temperature=0.2)``."""
     values = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-                       for key, value in VARIANTS[name].overrides(config).items())
+                       for key, value in VARIANTS[name].overrides(config, data).items())
     return f"{name} ({VARIANTS[name].description}: {values})"

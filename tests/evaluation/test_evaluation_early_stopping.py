@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import tensorflow as tf
 
 from retrieval.data.vocab import Vocabulary
 from retrieval.evaluation.early_stopping import recall_fn
@@ -15,8 +16,8 @@ class FixedVectors:
     def __init__(self, users: np.ndarray, items: np.ndarray):
         self.users, self.items = users, items
 
-    def user_vectors(self, user, history) -> np.ndarray:
-        return self.users[np.asarray(user)]
+    def user_vectors(self, user, history) -> tf.Tensor:  # traced, as recall_fn compiles it
+        return tf.gather(self.users, user)
 
     def item_vectors(self, indices) -> np.ndarray:
         return self.items[np.asarray(indices)]

@@ -50,3 +50,28 @@ def test_the_self_attentive_variant_is_not_tried_where_the_item_tower_reads_a_po
     assert "pooled history" in variants.VARIANTS["self_attention"].unsuited(catalogue, sequences)
     catalogue.model.item_tower.content_match, catalogue.model.item_tower.content_profile_weight = False, 0.0
     assert variants.VARIANTS["self_attention"].unsuited(catalogue, sequences) is None
+
+
+def test_the_self_attentive_variant_fills_a_step_with_about_the_same_positions_whatever_the_history_length():
+    """Every position is a target scored against all the step's targets: long histories get fewer users a step."""
+    from retrieval.data.handoff import PreparedData
+
+    config = get_config()  # max_history 50: at most 51 target positions a user
+
+    def batch(items_per_user):
+        return variants.apply(config, "self_attention", PreparedData("time", "next_item",
+                                                                     items_per_user=items_per_user)).train.batch_size
+
+    assert batch(None) == variants.apply(config, "self_attention").train.batch_size == 256  # configs/sequential.py's
+    assert batch(7.0) == 256  # Amazon Beauty's short histories: capped at 256 users
+    assert batch(48.8) == round(variants.POSITIONS_PER_STEP / 48.8) == 42  # the bundled log
+    assert batch(400.0) == batch(51.0) == round(variants.POSITIONS_PER_STEP / 51)  # past max_history + 1: the cap
+    assert "train.batch_size=42" in variants.describe(config, "self_attention",
+                                                      PreparedData("time", "next_item", items_per_user=48.8))
+
+
+def test_prepared_data_reads_the_mean_history_from_the_prepare_summary():
+    from retrieval.data.handoff import PreparedData
+
+    assert PreparedData.from_summary({"users": 3000, "train_interactions": 146538}).items_per_user == 146538 / 3000
+    assert PreparedData.from_summary({}).items_per_user is None
