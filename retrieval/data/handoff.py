@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 
 from retrieval import artifacts
-from retrieval.data import catalogue, prepare
+from retrieval.data import catalogue, content, prepare
 from retrieval.data import engine as engine_lib
 from retrieval.data import examples as examples_lib
 from retrieval.data import features as features_lib
@@ -94,3 +94,11 @@ def feature_arrays(data: ml_collections.ConfigDict, paths: artifacts.RunPaths, w
     if which == "item" and paths.item_features.exists():
         specs = features_lib.load_specs(paths.item_features)[1]
     return catalogue.feature_arrays(path, id_column, declared, f"data.{which}_features", vocab, specs)
+
+
+def content_terms(data: ml_collections.ConfigDict, paths: artifacts.RunPaths, vocab: Vocabulary) -> Optional[int]:
+    """The width of the catalogue's content vectors (``content.layout`` of its item table; None without one): the
+    content profile keeps at most this many coordinates (``retrieval.models.layout``)."""
+    arrays = feature_arrays(data, paths, "item", vocab)
+    return None if arrays is None else sum(block.width for block in content.layout(arrays))
+

@@ -33,6 +33,7 @@ from retrieval.errors import InputError, shown, shown_list
 from retrieval.evaluation import baselines, metrics
 from retrieval.jobs import gate, identity, locations, sections
 from retrieval.models import config as model_config
+from retrieval.models.layout import score_layout
 
 # What each key accepts: the rules declared with the keys, section by section (retrieval/jobs/sections.py).
 RULES: dict[str, Rule] = {name: rule for section in sections.SECTIONS for name, rule in section.rules().items()}
@@ -214,15 +215,11 @@ def _shards(c: Mapping[str, Any]) -> Iterator[Problem]:
                                   f"{MIN_SHARD_BYTES // 1024} KiB each; use at most {most}")
 
 
-def _vector_dimension(c: Mapping[str, Any]) -> Optional[int]:
-    """The width of the vectors the index will hold (None when the config does not say)."""
-    return c.get("item2vec.dim") if c.get("model_type") == "item2vec" else c.get("model.embedding_dim")
-
-
-def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
-    """``index.factory`` is a string FAISS can build at the model's dimension (a named one, ``auto``, always is):
-    checked here, not after the whole training."""
-    factory, dimension = str(c.get("index.factory", "auto")).strip(), _vector_dimension(c)
+def _index_factory(c: Mapping[str, Any], content_terms: Optional[int] = None) -> Iterator[Problem]:
+    """``index.factory`` is a string FAISS can build at the exported vectors' width (``layout.score_layout``; a named
+    factory, ``auto``, always is): checked here, not after the whole training."""
+    layout = score_layout(c, content_terms)
+    factory, dimension = str(c.get("index.factory", "auto")).strip(), layout and layout.dimension
     if factory.lower() == "auto" or not dimension:  # the default, without loading FAISS (index.factory.NAMED)
         return
     import faiss  # about a second, only for an explicit factory
@@ -239,11 +236,14 @@ def _index_factory(c: Mapping[str, Any]) -> Iterator[Problem]:
         yield "index.factory", f"FAISS cannot build {shown(factory)} for vectors of dimension {dimension}: {reason}"
 
 
-def check_index(config: Mapping, n_items: int) -> None:
-    """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items`` (known
-    once the data is prepared: checked then, before training)."""
+def check_index(config: Mapping, n_items: int, content_terms: Optional[int] = None) -> None:
+    """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items``, or
+    cannot be built at the exported width with the catalogue's ``content_terms`` (the content profile's width: both
+    known once the data is prepared, so checked then, before training)."""
     from retrieval.index.factory import NAMED, codebook_size
 
+    for key, message in _index_factory(dict(flatten(config)), content_terms):
+        raise InputError(message, field=f"config.{key}")
     factory = str(config["index"]["factory"]).strip()
     if factory.lower() not in NAMED and codebook_size(factory) > n_items:
         raise InputError(f"{factory!r} trains {codebook_size(factory)} centroids, more than the {n_items} items of the "

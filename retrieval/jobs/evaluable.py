@@ -15,7 +15,7 @@ from __future__ import annotations
 import ml_collections
 
 from retrieval import artifacts
-from retrieval.data import prepare, readers, validate
+from retrieval.data import handoff, prepare, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.jobs import config_checks
@@ -54,7 +54,10 @@ def check_prepared(paths: artifacts.RunPaths, config: ml_collections.ConfigDict,
     something can be evaluated, that the index fits the catalogue, that Item2Vec's ids fit word2vec files."""
     check(paths, config.eval.exclude_train,
           "config.data.test_path" if config.data.split == "files" else "config.data.split")
-    config_checks.check_index(config, Vocabulary.load(paths.item_vocab).size - NUM_RESERVED)
+    item_vocab = Vocabulary.load(paths.item_vocab)
+    profile = config.get("model") and config.model.item_tower.content_profile_weight > 0
+    config_checks.check_index(config, item_vocab.size - NUM_RESERVED,
+                              handoff.content_terms(config.data, paths, item_vocab) if profile else None)
     if config.model_type == "item2vec":
         check_word2vec_ids(paths, settings)
 

@@ -1,0 +1,58 @@
+"""The layout of the exported vectors, computed from the config without TensorFlow: how wide the index's vectors are.
+
+A two-tower run exports items as ``[id block(s), content coordinates, bias]``:
+
+- one block of ``model.embedding_dim`` (the item tower's vector), or two with the cold head
+  (``model.item_tower.cold_head`` and an item table): items read by id fill the first, items placed by their features
+  alone the second, each scored by a head of its own (``towers.ItemTower``);
+- with the content profile (``model.item_tower.content_profile_weight > 0`` and an item table), its fixed content
+  coordinates: ``model.item_tower.content_profile_dim`` of them, fewer when the catalogue's features have fewer terms
+  (``retrieval.data.content.projection`` keeps them all then);
+- with the YoutubeDNN output table (``model.objective.output_table``), its per-item bias as one more coordinate.
+
+Item2Vec exports ``item2vec.dim``. The up-front config check reads the width before the data is known (the content
+width at its most), the prepared-data check with the catalogue's own term count; the towers build the same blocks
+(``tests/models/test_layout.py`` builds each kind and compares).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreLayout:
+    """``heads`` id blocks of ``block_width``, then ``content_width`` content coordinates, then a bias if ``bias``."""
+
+    block_width: int
+    heads: int = 1
+    content_width: int = 0
+    bias: bool = False
+
+    @property
+    def dimension(self) -> int:
+        """The exported vectors' width."""
+        return self.block_width * self.heads + self.content_width + int(self.bias)
+
+
+def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None) -> Optional[ScoreLayout]:
+    """The layout a run's config exports (``config``: its flattened dotted keys, ``config_checks.flatten``); None when
+    the config does not name a width. ``content_terms``: the catalogue's content vector width
+    (``retrieval.data.content.layout``), None before the data is known (the content width is then its most)."""
+    if config.get("model_type", "two_tower") == "item2vec":
+        dim = config.get("item2vec.dim")
+        return ScoreLayout(int(dim)) if dim else None
+    dim = config.get("model.embedding_dim")
+    if not dim:
+        return None
+    if config.get("model.objective.output_table", False):  # [w_i, b_i]: the output table replaces the item tower
+        return ScoreLayout(int(dim), bias=True)
+    features = bool(str(config.get("data.item_features", "") or "").strip())
+    cold_head = features and bool(config.get("model.item_tower.cold_head", False))
+    content = 0
+    if features and float(config.get("model.item_tower.content_profile_weight", 0.0) or 0.0) > 0:
+        content = int(config.get("model.item_tower.content_profile_dim", 0))
+        if content_terms is not None:
+            content = min(content, int(content_terms))
+    return ScoreLayout(int(dim), 2 if cold_head else 1, content)
