@@ -24,9 +24,9 @@ def test_the_self_attentive_variant_is_configs_sequential_tower_and_suits_sequen
     assert config.model.user_tower.pooling == "mean" and towers.model.user_tower.pooling == "self_attention"
     assert towers.model.user_tower.sequence.every_position and towers.data.max_examples_per_user == 1
     assert towers.model.user_tower.hidden_units == () and towers.train.early_stopping_patience > 0
-    assert towers.train.epochs == 5 * config.train.epochs  # the configured cap, scaled: an epoch is a few steps
-    shipped = sequential_config()  # the same tower on a fixed schedule
+    shipped = sequential_config()  # the same tower on its fixed schedule, which the variant early-stops
     assert shipped.model == towers.model and shipped.data == towers.data
+    assert towers.train.epochs == shipped.train.epochs == variants.SEQUENCE_EPOCHS
     assert (shipped.train.early_stopping_patience, shipped.train.variants) == (0, ())
     towers.seed = 7
     assert towers.model.seed == towers.train.seed == 7 and config.model.seed == 42  # references kept in the copy
