@@ -210,7 +210,9 @@ def table_overlap(table_ids: Iterable[str], log_items: Iterable[str], path: Opti
     items = pd.Index(pd.unique(np.asarray(list(log_items), dtype=object).astype(str)))
     shared = int(items.isin(table).sum())
     share = shared / len(items) if len(items) else 1.0
-    counts = (f"{shared:,} of the {len(items):,} items of {log} have a row in the item table ({share:.1%}), and "
+    # Rounded down, so that a share just under a threshold never prints as the threshold it is said to be below.
+    counts = (f"{shared:,} of the {len(items):,} items of {log} have a row in the item table "
+              f"({np.floor(share * 1000) / 10:.1f}%), and "
               f"{len(table) - shared:,} of its {len(table):,} rows are items {log} never saw")
     if share < MIN_TABLE_OVERLAP:
         raise InputError(f"{counts}: at least {MIN_TABLE_OVERLAP:.0%} must match; are the table's ids the log's "

@@ -190,7 +190,8 @@ def build_index(vectors: np.ndarray | VectorSource, item_ids: Sequence[str] | Id
         "faiss_version": faiss.__version__, "files": {"index": INDEX_FILE, "ids": IDS_FILE},
     }
     logging.info("index %s over %d items: recall@%d = %.4f (floor %.3f, %s queries) with %s", resolved,
-                 vectors.count, check.k, check.recall, recall_floor, source, check.search_params)
+                 vectors.count, check.k, check.recall, recall_floor, source,
+                 check.search_params or "its default search parameters")
     if not check.passed:
         raise IndexQualityError(
             f"index {resolved!r} reaches recall@{check.k} = {check.recall:.4f} against exact search on "

@@ -39,8 +39,8 @@ class CandidatesResponse(BaseModel):
     items: list[ScoredItem] = Field(description="best first; model scores, or training counts under fallback")
     fallback: bool = Field(description="true when no history was usable and popular items were returned")
     history_source: str = Field(description="request, stored (training history of user_id) or none")
-    history_used: int = Field(description="history items in effect that the user tower reads (also excluded from "
-                                          "the candidates)")
+    history_used: int = Field(description="history items the user tower reads: the max_history most recent of "
+                                          "those in effect (every history item is excluded from the candidates)")
     unknown_history: list[str] = Field(description="request history ids the user tower cannot read, ignored: ids "
                                                    "nobody knows, and items added since training (a catalogue "
                                                    "refresh's; still excluded from the candidates)")

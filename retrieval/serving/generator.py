@@ -169,7 +169,9 @@ class CandidateGenerator:
             neighbours = self._search_users([user_ids[i] for i in encoded], [used[i] for i in encoded], width)
             indices[encoded], scores[encoded] = neighbours.indices, neighbours.scores  # both min(width, N) wide
         kept = self._first_k(indices, scores, banned, k)
-        return [self._answer(i, s, sources[r], len(used[r]), unknown[r]) for r, (i, s) in enumerate(kept)]
+        # The user tower reads the max_history most recent of them (_search_users): those are the ones in effect.
+        return [self._answer(i, s, sources[r], min(len(used[r]), self.max_history), unknown[r])
+                for r, (i, s) in enumerate(kept)]
 
     def _answer(self, indices: np.ndarray, scores: np.ndarray, source: str, used: int, unknown: tuple) -> Candidates:
         """One request's ``Candidates``; under the fallback (no history) NaN scores and the items' training counts."""

@@ -238,3 +238,14 @@ def test_movielens_lines_have_the_layout_fields(tmp_path, name, text, row, messa
     e = _error(read_features if name == "users.dat" else read_interactions, path,
                *(("user_id",) if name == "users.dat" else ()))
     assert (e.path, e.row) == (str(path), row) and message in str(e)
+
+
+def test_a_table_overlap_just_under_the_warning_share_never_prints_as_that_share(caplog):
+    """839 of 1,679 items is 49.97%: said as 49.9%, below 50%, not as "50.0% (below 50%)"."""
+    from retrieval.data.validate import WARN_TABLE_OVERLAP, table_overlap
+
+    items = [f"i{k}" for k in range(1679)]
+    with caplog.at_level("WARNING"):
+        share = table_overlap(items[:839], items, path="items.csv")
+    assert share < WARN_TABLE_OVERLAP == 0.5
+    assert "(49.9%)" in caplog.text and "below 50%" in caplog.text and "50.0%" not in caplog.text

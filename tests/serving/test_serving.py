@@ -67,7 +67,8 @@ def test_known_user_gets_the_stored_history_most_recent_first_and_never_seen_ite
     expected_ids, expected_scores = reference["recommend"](history, 15)
     np.testing.assert_array_equal(result.item_ids, expected_ids)
     np.testing.assert_allclose(result.scores, expected_scores, rtol=1e-5)
-    assert result.history_source == "stored" and result.history_used == len(history) and not result.fallback
+    assert result.history_source == "stored" and result.history_used == min(len(history), MAX_HISTORY) == MAX_HISTORY
+    assert not result.fallback
     assert not set(result.item_ids) & set(history) and len(result.item_ids) == 15
     with_seen = generator.recommend(user_id="u3", k=15, exclude_history=False)
     assert set(with_seen.item_ids) & set(history)  # the nearest items of a mean-of-history vector are its own
@@ -212,3 +213,11 @@ def test_canary_reports_what_it_measured_and_refuses_an_unreachable_floor(genera
     assert report["recall"] == 1.0  # a Flat index is exact search
     with pytest.raises(CanaryError, match=r"recall@\d+ = 1\.000 .* below the canary floor 1\.01"):
         Canary(recall_floor=1.01)(generator)
+
+
+def test_history_used_counts_the_items_the_user_tower_reads(generator, reference):
+    """A request may send more items than the tower reads (its max_history most recent): those count, no more."""
+    items = list(dict.fromkeys(reference["train"]["item_id"]))[:MAX_HISTORY + 7]
+    longer, capped = (generator.recommend(history=items, k=5), generator.recommend(history=items[:MAX_HISTORY], k=5))
+    assert (longer.history_used, capped.history_used) == (MAX_HISTORY, MAX_HISTORY)
+    np.testing.assert_allclose(longer.scores, capped.scores, rtol=1e-6)  # the 7 oldest were never read
