@@ -237,13 +237,15 @@ def _index_factory(c: Mapping[str, Any], content_terms: Optional[int] = None) ->
 
 
 def check_index(config: Mapping, n_items: int, content_terms: Optional[int] = None) -> None:
-    """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items``, or
-    cannot be built at the exported width with the catalogue's ``content_terms`` (the content profile's width: both
-    known once the data is prepared, so checked then, before training)."""
+    """Raises ``InputError`` when ``index.factory`` trains a codebook larger than the catalogue of ``n_items``, or,
+    given the catalogue's ``content_terms`` (which cap the content profile's width), cannot be built at the exported
+    width: both known once the data is prepared, so checked then, before training. Without ``content_terms`` the
+    width is the one the up-front check (``_index_factory``) already read."""
     from retrieval.index.factory import NAMED, codebook_size
 
-    for key, message in _index_factory(dict(flatten(config)), content_terms):
-        raise InputError(message, field=f"config.{key}")
+    if content_terms is not None:
+        for key, message in _index_factory(dict(flatten(config)), content_terms):
+            raise InputError(message, field=f"config.{key}")
     factory = str(config["index"]["factory"]).strip()
     if factory.lower() not in NAMED and codebook_size(factory) > n_items:
         raise InputError(f"{factory!r} trains {codebook_size(factory)} centroids, more than the {n_items} items of the "

@@ -19,6 +19,7 @@ from retrieval.data import handoff, prepare, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.jobs import config_checks
+from retrieval.models.layout import score_layout
 
 
 def rankable_pairs(paths: artifacts.RunPaths, exclude_train: bool) -> tuple[int, int]:
@@ -55,9 +56,10 @@ def check_prepared(paths: artifacts.RunPaths, config: ml_collections.ConfigDict,
     check(paths, config.eval.exclude_train,
           "config.data.test_path" if config.data.split == "files" else "config.data.split")
     item_vocab = Vocabulary.load(paths.item_vocab)
-    profile = config.get("model") and config.model.item_tower.content_profile_weight > 0
+    layout = score_layout(dict(config_checks.flatten(config)))  # the content width only the item table can cap
     config_checks.check_index(config, item_vocab.size - NUM_RESERVED,
-                              handoff.content_terms(config.data, paths, item_vocab) if profile else None)
+                              handoff.content_terms(config.data, paths, item_vocab)
+                              if layout and layout.content_width else None)
     if config.model_type == "item2vec":
         check_word2vec_ids(paths, settings)
 
