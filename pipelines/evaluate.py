@@ -14,10 +14,9 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from retrieval import cli
+from retrieval import cli, locations
 from retrieval.errors import InputError
 from retrieval.evaluation import baselines
-from retrieval.jobs import locations
 
 _RUN = cli.RunDirFlags("evaluate (the report is written into its run directory unless --output_dir says otherwise)")
 _TEST_PATH = flags.DEFINE_string("test_path", None, "Explicit test file (csv, tsv, parquet, movielens or user_items "

@@ -20,9 +20,8 @@ from typing import Sequence
 
 from absl import flags
 
-from retrieval import cli
+from retrieval import cli, locations
 from retrieval.errors import InputError
-from retrieval.jobs import locations
 
 PUBLISHED = "published"  # the manifest status of a run the gate passed and publish made live (retrieval.jobs.job)
 MAX_VERSION = 2**63 - 1  # TF Serving reads a version folder's name as an int64 (retrieval.export.MAX_VERSION)

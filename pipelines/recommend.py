@@ -18,9 +18,8 @@ from typing import Sequence
 
 from absl import flags
 
-from retrieval import cli
+from retrieval import cli, locations
 from retrieval.errors import InputError
-from retrieval.jobs import locations
 
 _RUN = cli.RunDirFlags("recommend from (its exported model and training data: histories, items to exclude)")
 _K = flags.DEFINE_integer("k", 100, "Number of items per user.")

@@ -212,6 +212,8 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     except flags.Error as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(cli.EXIT_INPUT_ERROR)
+    except SystemExit as e:  # --help
+        sys.exit(cli.help_exit_code(e.code, argv))
 
 
 if __name__ == "__main__":

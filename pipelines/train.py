@@ -23,8 +23,8 @@ from pathlib import Path
 from absl import flags
 
 import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from retrieval import cli
-from retrieval.jobs import config_checks, locations
+from retrieval import cli, locations
+from retrieval.jobs import config_checks
 
 _CONFIG = cli.define_config_file(
     "config", "configs/two_tower.py",

@@ -1,14 +1,5 @@
-"""Shared behaviour of the absl entry points in ``pipelines/``: exit codes and one-line user errors.
-
-Exit codes (documented in the README, stable for schedulers):
-
-==== ===========================================================================
-0    success
-1    unexpected failure (a bug or an environment problem; traceback printed)
-2    bad input or configuration (``InputError``; one line, no traceback)
-3    the quality gate refused to publish (``GateError``); ``latest`` untouched
-4    another run holds the lock of this model directory
-==== ===========================================================================
+"""Shared behaviour of the absl entry points in ``pipelines/``: errors mapped to one line and an exit code (the
+codes: ``retrieval.errors``).
 
 Command-line mistakes are input errors too: a flag that does not parse (``--config.train.batch_size=abc``), an
 unknown config key (``--config.train.foo=1``) or a config file that cannot be loaded exits 2 with one line, like an
@@ -27,24 +18,22 @@ from typing import Callable, Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from retrieval import quiet
-from retrieval.errors import GateError, InputError
-from retrieval.jobs import locations
+from retrieval import locations, quiet
+from retrieval.errors import (
+    EXIT_GATE_REFUSED,
+    EXIT_INPUT_ERROR,
+    EXIT_LOCKED,
+    EXIT_OK,
+    LOST_TASK_ADVICE,
+    GateError,
+    InputError,
+    LockedError,
+)
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_INPUT_ERROR = 2
-EXIT_GATE_REFUSED = 3
-EXIT_LOCKED = 4
 # tf.errors raised in the chief when a parameter-server task went away mid-step (matched by name: no TensorFlow here)
 LOST_TASK_ERRORS = ("UnavailableError", "AbortedError")
-LOST_TASK_ADVICE = ("the run keeps its last checkpoint: restart the lost task and rerun the same run id to resume")
 LATEST_KEPT = "latest stays on"  # pipelines.train's last line when a run published to its lineage only
 _HELP = re.compile(r"-{1,2}(help|helpshort|helpfull|helpxml|\?)|-h")
-
-
-class LockedError(RuntimeError):
-    """Another process holds the lock of the directory this run wants to write."""
 
 
 flags.disclaim_key_flags()  # flags defined through define_config_file belong to the calling pipeline (--help)
@@ -124,10 +113,16 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     except OSError as e:
         _exit_input_error(f"cannot load the config file: {str(e).strip().splitlines()[-1].strip()}")
     except SystemExit as e:  # absl's --help prints the usage and exits 1; asking for help is no failure
-        sys.exit(EXIT_OK if e.code == 1 and any(_HELP.fullmatch(arg) for arg in argv[1:]) else e.code)
+        sys.exit(help_exit_code(e.code, argv))
     if flags.FLAGS["verbosity"].value >= 1:
         quiet.verbose()
     return remaining
+
+
+def help_exit_code(code, argv: Sequence[str]):
+    """The exit code for absl's ``SystemExit(code)`` while parsing ``argv``: 0 when it printed the asked-for help
+    (absl exits 1 after ``--help``), else ``code``."""
+    return EXIT_OK if code == 1 and any(_HELP.fullmatch(arg) for arg in argv[1:]) else code
 
 
 def check_arguments(argv: Sequence[str], *required: flags.FlagHolder) -> None:

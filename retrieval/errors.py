@@ -3,11 +3,30 @@
 ``InputError`` is the one exception type for mistakes in a user's data or configuration. It names the file, the
 column, the row (0-based data row, header excluded) or the config field, so the absl entry points can print it on one
 line and exit non-zero without a traceback. Programming errors still raise ordinary exceptions.
+
+Exit codes of the entry points (``retrieval.cli.run``; documented in the README, stable for schedulers):
+
+==== ===========================================================================
+0    success
+1    unexpected failure (a bug or an environment problem; traceback printed)
+2    bad input or configuration (``InputError``; one line, no traceback)
+3    the quality gate refused to publish (``GateError``); ``latest`` untouched
+4    another run holds the lock of this model directory (``LockedError``)
+==== ===========================================================================
+
+The ground floor of the package: it imports nothing of it, so every module may raise these.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
+
+EXIT_OK = 0
+EXIT_INPUT_ERROR = 2
+EXIT_GATE_REFUSED = 3
+EXIT_LOCKED = 4
+# Said with exit 2 when a parameter-server task went away (by the chief and by a worker that outlives it).
+LOST_TASK_ADVICE = "the run keeps its last checkpoint: restart the lost task and rerun the same run id to resume"
 
 
 def shown(value: Any, limit: int = 80) -> str:
@@ -52,3 +71,7 @@ class InputError(ValueError):
 
 class GateError(RuntimeError):
     """The quality gate refused to publish a run (metrics below a floor or regressed)."""
+
+
+class LockedError(RuntimeError):
+    """Another process holds the lock of the directory this run wants to write."""

@@ -140,7 +140,7 @@ def export_user_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: 
 
 
 def export_mean_pooling_encoder(item_ids: Sequence[str], vectors: np.ndarray, path: PathLike, max_history: int,
-                                metric: str = "dot") -> None:
+                                metric: str = "ip") -> None:
     """Saves a ``serving_default`` user encoder whose user vector is the mean of the history's item vectors
     (unknown ids ignored; zeros for an empty history). Item2Vec exports this; ``user_id`` is accepted and unused."""
     vectors = np.asarray(vectors, dtype=np.float32)

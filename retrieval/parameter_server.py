@@ -49,8 +49,7 @@ import tensorflow as tf
 from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
-from retrieval.cli import EXIT_INPUT_ERROR, LOST_TASK_ADVICE
-from retrieval.errors import InputError
+from retrieval.errors import EXIT_INPUT_ERROR, LOST_TASK_ADVICE, InputError
 from retrieval.periodic import Periodic
 from retrieval.settings import PS_MIN_SHARD_BYTES, PS_TIMEOUT_S
 

@@ -136,7 +136,7 @@ def test_mean_pooling_encoder_averages_known_history_items(tmp_path):
     out = encoder.encode(["any", "x", "y"], [["a", "zzz", "b"], [], ["c", "a", "b"]])
     # Row 0: "zzz" unknown -> ignored; max_history=2 keeps ["a", "zzz"] -> a. Row 2 keeps c, a.
     np.testing.assert_allclose(out, [[1, 0], [0, 0], [2.5, 2]])
-    assert (encoder.dimension, encoder.max_history, encoder.metric) == (2, 2, "dot")
+    assert (encoder.dimension, encoder.max_history, encoder.metric) == (2, 2, "ip")
 
 
 def test_item2vec_export_writes_word2vec_text_and_binary_that_gensim_loads(tmp_path):

@@ -5,8 +5,9 @@
   indices 2.. (two zero rows are put in front for padding and OOV, which are never recommended);
 - ``user_tower/`` through ``retrieval.export.load_user_encoder``: user vectors from (user id, history), the history
   being the user's training items, most recent first;
-- ``manifest.json``: ``metric`` ("dot" or "cosine": with cosine, both sides are L2-normalised before the inner
-  product) and ``run_id``; ``config.json`` (optional): the split and evaluation settings of the run.
+- ``manifest.json``: ``metric`` ("ip" or "cosine": with cosine, both sides are L2-normalised before the inner
+  product; runs exported before the index's name was adopted say "dot" for "ip") and ``run_id``; ``config.json``
+  (optional): the split and evaluation settings of the run.
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ def load_run_model(run_dir) -> RunModel:
     """Loads the exported model of ``run_dir``."""
     paths = artifacts.RunPaths(run_dir)
     manifest = read_json_if_present(paths.manifest)
-    metric = manifest.get("metric", "dot")
-    if metric not in ("dot", "cosine"):
-        raise InputError(f"unknown metric {metric!r}; expected dot or cosine", path=str(paths.manifest),
+    metric = manifest.get("metric", "ip")
+    if metric not in ("ip", "dot", "cosine"):
+        raise InputError(f"unknown metric {metric!r}; expected ip or cosine", path=str(paths.manifest),
                          field="metric")
     if not paths.item_embeddings.exists():
         raise InputError("item embeddings not found (was the run exported?)", path=str(paths.item_embeddings))

@@ -158,7 +158,7 @@ def render_markdown(metrics: Mapping, train_summary: Optional[Mapping] = None) -
     lines = [f"# Evaluation of run {metrics.get('run_id', '')}".rstrip(), "",
              f"**Protocol:** {metrics.get('protocol', 'not recorded')}. **Ranking:** {metrics['protocol/ranking']}; "
              f"training items excluded: {'yes' if metrics['protocol/exclude_train'] else 'no'}; score: "
-             f"{metrics.get('protocol/metric', 'dot')}. Numbers are means over the {metrics['count/eval_users']} "
+             f"{metrics.get('protocol/metric', 'ip')}. Numbers are means over the {metrics['count/eval_users']} "
              f"test users with training history; brackets: 95% bootstrap interval over users "
              f"({metrics['protocol/bootstrap_resamples']} resamples, seed {metrics['protocol/seed']}). Test users "
              f"without training history ({metrics['count/cold_start_users']}) are reported separately.", "",

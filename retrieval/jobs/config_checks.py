@@ -26,12 +26,12 @@ import ml_collections
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from retrieval import settings
+from retrieval import locations, settings
 from retrieval.config_keys import Rule
 from retrieval.data import catalogue, readers, splits, validate
 from retrieval.errors import InputError, shown, shown_list
 from retrieval.evaluation import baselines, metrics
-from retrieval.jobs import gate, identity, locations, sections
+from retrieval.jobs import gate, identity, sections
 from retrieval.models import config as model_config
 from retrieval.models.layout import score_layout
 

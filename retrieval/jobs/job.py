@@ -35,9 +35,9 @@ from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import GateError
 from retrieval.jobs import budget, config_checks, evaluable, gate, identity, provenance, tuning
 from retrieval.jobs import warm_start as warm_start_lib
-from retrieval.jobs.locations import new_run_id
 from retrieval.jobs.publish import ModelDirectory
 from retrieval.jobs.stages import StageRunner
+from retrieval.locations import new_run_id
 
 
 @dataclasses.dataclass

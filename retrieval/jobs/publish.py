@@ -32,9 +32,9 @@ from typing import Iterator, List, Optional
 from absl import logging
 
 from retrieval import artifacts
-from retrieval.cli import LockedError
+from retrieval.errors import LockedError
 from retrieval.jobs import identity
-from retrieval.jobs.locations import LATEST, LINEAGES
+from retrieval.locations import LATEST, LINEAGES
 
 COMPLETE_MARKER = "stages/gate.json"
 

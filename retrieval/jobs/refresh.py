@@ -60,14 +60,13 @@ import pyarrow.parquet as pq
 from absl import logging
 
 from retrieval import artifacts
-from retrieval.cli import LockedError
 from retrieval.data import features, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, OOV, PAD, Vocabulary
-from retrieval.errors import GateError, InputError
+from retrieval.errors import GateError, InputError, LockedError
 from retrieval.jobs import gate
-from retrieval.jobs.locations import new_run_id, resolve_run_dir
 from retrieval.jobs.publish import ModelDirectory
 from retrieval.jobs.stages import StageRunner
+from retrieval.locations import new_run_id, resolve_run_dir
 
 BATCH = 8192  # items per call of the item tower
 # Share of the published catalogue a refresh may remove, and may add, unless asked (``allow_large_change``): a

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import ml_collections
 
-from retrieval import settings
+from retrieval import locations, settings
 from retrieval.config_keys import COUNT, MAX_K, SEED, Key, Section, flag, integer, integers, names, number, one_of, text
 from retrieval.data.config import DATA
 from retrieval.evaluation import baselines
-from retrieval.jobs import gate, locations
+from retrieval.jobs import gate
 from retrieval.models.config import MODEL
 from retrieval.models.item2vec import ITEM2VEC
 

@@ -97,7 +97,7 @@ MODEL = Section("model", (
         "use 1.0 for raw dot products. Validation recall@20 peaked at 0.1 on MovieLens-1M and at 0.2 on the bundled "
         "synthetic data (lower values overfit it); 0.15 loses little on both."),
     Key("l2_normalize", True, flag(),
-        'L2-normalise both towers\' outputs, so the score is a cosine (exported metric "cosine", else "dot").'),
+        'L2-normalise both towers\' outputs, so the score is a cosine (exported metric "cosine", else "ip": inner product).'),
     Key("max_history", 50, integer(1, MAX_HISTORY),
         "Longest history the user tower sees in training (most recent first); the exported encoder pads/truncates to "
         "it."),

@@ -72,10 +72,10 @@ class TwoTowerModel(tfrs.Model):
     @property
     def metric(self) -> str:
         """Similarity of the exported vectors: "cosine" when both towers are L2-normalised (and neither content-profile
-        coordinates nor a cold head widen them), else "dot"."""
+        coordinates nor a cold head widen them), else "ip" (inner product: the index's name for it)."""
         normalized = (self.item_tower is not None and self.item_tower.l2_normalize and self.user_tower.l2_normalize
                       and self.item_tower.content_profile is None and not self.item_tower.cold_head)
-        return "cosine" if normalized else "dot"
+        return "cosine" if normalized else "ip"
 
     @property
     def item_similarity(self) -> str:

@@ -69,7 +69,7 @@ def demo_interactions(num_items: int, num_users: int, dimension: int, clusters: 
 
 def write_demo_run(run_dir: PathLike, *, version: str = "1", num_items: int = 400, num_users: int = 80,
                    dimension: int = 16, clusters: int = 8, history_length: int = 12, max_history: int = 20,
-                   metric: str = "dot", seed: int = 0) -> RunPaths:
+                   metric: str = "ip", seed: int = 0) -> RunPaths:
     """Writes manifest.json, vocab/, data/train.parquet, item_embeddings.parquet and user_tower/ (no index/)."""
     paths = RunPaths(run_dir)
     frame, vector_of = demo_interactions(num_items, num_users, dimension, clusters, history_length, seed)

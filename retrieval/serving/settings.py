@@ -12,8 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
+from retrieval import locations
 from retrieval.artifacts import PathLike
-from retrieval.jobs import locations
 
 DEFAULT_MAX_BATCH = 32  # requests answered by one user-tower call and one index search (retrieval.serving.batcher)
 DEFAULT_MAX_WAIT_S = 0.0
@@ -54,5 +54,5 @@ class ServeSettings:
 
 def resolve_run_dir(path: PathLike) -> Path:
     """A run directory, or a model directory whose ``latest`` link names one, resolved to the real run directory
-    (``retrieval.jobs.locations.resolve_run_dir``, the resolution of every entry point's ``--run_dir``)."""
+    (``retrieval.locations.resolve_run_dir``, the resolution of every entry point's ``--run_dir``)."""
     return locations.resolve_run_dir(str(path))

@@ -23,7 +23,7 @@ ITEMS = np.array([f"i{i:02d}" for i in range(N_CLUSTERS * PER_CLUSTER)])
 
 
 class MeanEncoder(tf.Module):
-    def __init__(self, item_ids, vectors, metric="dot"):
+    def __init__(self, item_ids, vectors, metric="ip"):
         super().__init__()
         rows = tf.range(1, len(item_ids) + 1, dtype=tf.int64)
         init = tf.lookup.KeyValueTensorInitializer(tf.constant(item_ids), rows)
@@ -66,7 +66,7 @@ def item_vectors(seed=0, noise=0.3):
     return (clusters + noise * rng.standard_normal(clusters.shape)).astype(np.float32)
 
 
-def make_run(root, vectors=None, run_id="fake-run", config=None, metric="dot"):
+def make_run(root, vectors=None, run_id="fake-run", config=None, metric="ip"):
     """Writes a complete fake run into ``root``; returns its RunPaths."""
     paths = RunPaths(root)
     vectors = item_vectors() if vectors is None else vectors

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval import cli
+from retrieval import cli, locations
 from retrieval.config_keys import MAX_ITEMS, Rule
 from retrieval.data import validate
 from retrieval.errors import InputError
 from retrieval.evaluation import csr as csr_lib
 from retrieval.evaluation import evaluator
-from retrieval.jobs import config_checks, locations
+from retrieval.jobs import config_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ("two_tower", "youtube_dnn", "item2vec", "catalogue", "sequential")

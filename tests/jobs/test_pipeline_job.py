@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from retrieval import artifacts
-from retrieval.cli import EXIT_GATE_REFUSED
 from retrieval.data.vocab import Vocabulary
-from retrieval.errors import GateError, InputError
+from retrieval.errors import EXIT_GATE_REFUSED, GateError, InputError
 from retrieval.jobs import config_checks
 from retrieval.jobs.job import TrainingJob
 from retrieval.jobs.publish import ModelDirectory

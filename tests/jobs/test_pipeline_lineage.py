@@ -109,16 +109,16 @@ def test_a_model_directory_from_before_lineages_keeps_its_production_run(tmp_pat
 
 @pytest.mark.parametrize("name", ["lineages"])
 def test_lineages_is_not_a_run_id(name):
+    from retrieval import locations
     from retrieval.errors import InputError
-    from retrieval.jobs import locations
 
     with pytest.raises(InputError, match="reserved"):
         locations.check_name(name, "run_id")
 
 
 def test_lineage_dir_is_what_the_server_and_recommend_read(tmp_path):
+    from retrieval import locations
     from retrieval.errors import InputError
-    from retrieval.jobs import locations
 
     model_dir = ModelDirectory(tmp_path)
     _run(model_dir, "b1", "lastfm")

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from retrieval import artifacts
-from retrieval.cli import LockedError
+from retrieval.errors import LockedError
 from retrieval.jobs import gate
 from retrieval.jobs.publish import ModelDirectory, file_lock
 from retrieval.jobs.stages import StageRunner

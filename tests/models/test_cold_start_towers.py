@@ -210,7 +210,7 @@ def test_the_cold_head_scores_items_placed_by_features_with_a_second_user_vector
                               "cold_head": True, "content_match": True})
     config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
     model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
-    assert model.metric == "dot"
+    assert model.metric == "ip"
     items = model.catalogue_vectors()
     cold = ~vocab.warm[2:]
     assert items.shape[1] == 12

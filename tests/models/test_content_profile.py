@@ -78,7 +78,7 @@ def test_numeric_features_of_several_columns_are_binned_in_the_graph_as_in_numpy
 def test_the_score_is_the_towers_score_plus_g_times_the_content_baselines_cosine(vocab, item_features):
     weight = 0.7
     model = model_of(vocab, item_features, weight)
-    assert model.metric == "dot"
+    assert model.metric == "ip"
     histories = np.array([[3, 5, 12, 0], [7, 13, 0, 0], [4, 9, 11, 0]], np.int32)  # 12, 13: cold items
     users = model.user_vectors(tf.constant([2, 3, 1]), tf.constant(histories)).numpy()
     items = model.catalogue_vectors()

@@ -299,7 +299,7 @@ def test_output_table_scores_fold_bias_and_temperature(vocabs, batch):
     weights, bias = model.output_table(labels)
     expected = tf.reduce_sum(query * weights, axis=1) / config.temperature + bias
     np.testing.assert_allclose(scores, expected.numpy(), rtol=1e-5)
-    assert model.metric == "dot"
+    assert model.metric == "ip"
 
 
 def test_frequency_estimator_updates_once_per_train_step_only(vocabs, batch):

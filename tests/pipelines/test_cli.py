@@ -58,6 +58,12 @@ def test_bad_input_exits_2_before_tensorflow_loads(tmp_path, args, message):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("module", ["pipelines.scheduled", "pipelines.evaluate", "pipelines.serve"])
+def test_every_entry_points_help_exits_0(module):
+    outcome, stderr, _ = probe(module, "--help")
+    assert outcome["code"] == 0, stderr
+
+
 def test_help_lists_the_flags_and_exits_0_without_tensorflow():
     outcome, _, _ = probe("pipelines.train", "--help")
     assert outcome == {"code": 0, "tensorflow": False}

@@ -58,7 +58,7 @@ def test_a_tower_of_random_finite_vectors_is_refused(run, tmp_path):
     item_ids, vectors = read_item_embeddings(run.item_embeddings)
     shutil.rmtree(broken.user_tower)
     noise = np.random.default_rng(1).standard_normal(vectors.shape).astype(np.float32)
-    write_user_tower(broken.user_tower, item_ids, noise, 20, "dot")  # finite, right shape, says nothing
+    write_user_tower(broken.user_tower, item_ids, noise, 20, "ip")  # finite, right shape, says nothing
     generator = CandidateGenerator.from_run(broken.root)
     with pytest.raises(CanaryError, match=r"answers reach recall@\d+ = 0\.0\d+ on the held-out items of 80 training "
                                           r"users, below the canary floor"):

@@ -309,7 +309,7 @@ class RaisingTower(tf.Module):
 
     def __init__(self, dimension: int):
         super().__init__()
-        self.max_history, self.dimension, self.metric = (tf.Variable(20), tf.Variable(dimension), tf.Variable("dot"))
+        self.max_history, self.dimension, self.metric = (tf.Variable(20), tf.Variable(dimension), tf.Variable("ip"))
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="user_id"),
                                   tf.TensorSpec([None, None], tf.string, name="history")])
@@ -327,7 +327,7 @@ def raising_tower(run) -> None:
 def narrow_tower(run) -> None:
     item_ids, vectors = read_item_embeddings(run / "item_embeddings.parquet")
     shutil.rmtree(run / "user_tower")
-    write_user_tower(run / "user_tower", item_ids, vectors[:, :8], 20, "dot")
+    write_user_tower(run / "user_tower", item_ids, vectors[:, :8], 20, "ip")
 
 
 def index_holding(make_vectors):
