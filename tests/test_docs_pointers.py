@@ -111,7 +111,8 @@ def test_every_flag_of_an_entry_point_exists(every_text):
     assert not unknown, unknown
 
 
-JOURNAL = ROOT / "benchmarks" / "JOURNAL.md"
+JOURNAL = ROOT / "benchmarks" / "JOURNAL.md"  # the index of the journal's pages (benchmarks/journal/*.md)
+JOURNAL_PAGES = sorted((ROOT / "benchmarks" / "journal").glob("*.md"))
 SOURCES = sorted([*PAGES, *(ROOT / "configs").glob("*.py"), *(ROOT / "retrieval").rglob("*.py"),
                   *(ROOT / "benchmarks").glob("*.py")])
 
@@ -135,11 +136,22 @@ def _cited(text: str, page: str) -> list[str]:
     return cited
 
 
+def _headings(path: Path, level: str = "#") -> list[str]:
+    return [" ".join(line.lstrip("#").split()) for line in path.read_text().splitlines() if line.startswith(level)]
+
+
+def test_the_journal_index_lists_every_section_of_every_page():
+    listed = {" ".join(line[2:].split()) for line in JOURNAL.read_text().splitlines() if line.startswith("- ")}
+    linked = set(re.findall(r"\]\((journal/[\w.-]+\.md)\)", JOURNAL.read_text()))
+    assert JOURNAL_PAGES and linked == {f"journal/{page.name}" for page in JOURNAL_PAGES}
+    unlisted = [(page.name, title) for page in JOURNAL_PAGES for title in _headings(page, "## ") if title not in listed]
+    assert not unlisted, unlisted
+
+
 def test_cited_journal_sections_exist():
-    """A section cited as `benchmarks/JOURNAL.md, "Issue 36"` is a heading of the journal; RESULTS.md, the generated
-    page of current figures, has no such sections to cite."""
-    headings = [" ".join(line.lstrip("#").split()) for line in JOURNAL.read_text().splitlines()
-                if line.startswith("#")]
+    """A section cited as `benchmarks/JOURNAL.md, "Issue 36"` is a section of a journal page (the index lists it);
+    RESULTS.md, the generated page of current figures, has no such sections to cite."""
+    headings = [heading for page in JOURNAL_PAGES for heading in _headings(page)]
     missing, misplaced = [], []
     for path in SOURCES:
         text = path.read_text()
