@@ -33,9 +33,11 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
     warm = item_vocab.warm[NUM_RESERVED:]
     data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:][warm])
     if not warm.all():
-        logging.info("early stopping: validation recall@%d among the %d items with training interactions, as the "
-                     "headline (%d cold catalogue items left out, and %d validation pairs with an item outside them)", k,
-                     int(warm.sum()), int((~warm).sum()), data.counts["count/test_interactions_unknown_item"])
+        logging.info("early stopping: validation recall@%d among the %d items with interactions in the pairs this "
+                     "model trains on, as the headline (%d cold items left out, and %d validation pairs with an item "
+                     "outside them; with an automatic holdout these are fewer warm items than the catalogue's count: "
+                     "an item clicked only in the holdout is cold here)", k, int(warm.sum()), int((~warm).sum()),
+                     data.counts["count/test_interactions_unknown_item"])
     rows = np.flatnonzero(data.test.lengths > 0)
     users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
     # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.
