@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--epochs", type=int, default=0)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="key=value config overrides (Python literals), "
-                        "e.g. --set=model.item_tower.cold_view_weight=1.0")
+                        "e.g. --set=model.item_tower.id_dropout=0.3")
     add_record_flag(parser)
     args = parser.parse_args(argv)
     overrides = {key: ast.literal_eval(value) for key, value in (item.split("=", 1) for item in args.set)}

@@ -54,8 +54,4 @@ def get_config():
     # "Issue 35: how long to train").
     config.train.epochs = 4
     config.train.large_catalogue_items = 0  # four epochs at every catalogue size (two_tower's schedule is by size)
-    # The cold view (model.item_tower.cold_view_weight: the loss again with every candidate from its features alone)
-    # stays off: on two validation seeds, weight 1 moved cold items among themselves by +0.008 and +0.004 recall@20
-    # (seeds 7, 8) but cost 0.004-0.007 warm validation recall@20 and, on seed 8, the cold items' place in the whole
-    # catalogue (0.0348 against 0.0426 without it); JOURNAL.md, "Issue 35: the cold view".
     return config

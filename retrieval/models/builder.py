@@ -139,5 +139,4 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,
                          inference_part_size=inference_part_size,
-                         every_position=sequence_encoder is not None and c.user_tower.sequence.every_position,
-                         cold_view_weight=c.item_tower.cold_view_weight if item_features else 0.0)
+                         every_position=sequence_encoder is not None and c.user_tower.sequence.every_position)

@@ -129,9 +129,6 @@ MODEL = Section("model", (
         "side and in histories (item-id dropout, DropoutNet, Volkovs et al. 2017), so the feature path learns to place "
         "an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among "
         '0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").'),
-    Key("item_tower.cold_view_weight", 0.0, number(0, 100),
-        "With item features only: the weight w of the cold view, L = L(u, v) + w L(u, v from features alone): the "
-        "objective again with every candidate embedded as if it had no training interactions (TwoTowerModel)."),
     Key("item_tower.content_match", False, flag(),
         "With item features only: a linear map W of the item's feature encodings added to its vector, and the same W "
         "of the mean of the history items' feature encodings added to the user vector, so the score gains a learned "

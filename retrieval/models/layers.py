@@ -164,14 +164,10 @@ class ItemIdRows(tf.keras.layers.Layer):
         self.dropout = float(dropout)
         # Keras's Dropout draws the seeded Bernoulli mask (XLA-compatible, a new draw every step).
         self._mask = tf.keras.layers.Dropout(self.dropout, seed=seed) if self.dropout > 0 else None
-        # Set (while a step is traced) by ``ItemTower.features_only``: every id reads the OOV row.
-        self.features_only = False
 
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         rows = tf.gather(self.rows, indices)
-        if self.features_only:
-            dropped = tf.ones_like(rows, tf.bool)
-        elif training and self._mask is not None:
+        if training and self._mask is not None:
             dropped = self._mask(tf.ones_like(rows, tf.float32), training=True) == 0
         else:
             return rows

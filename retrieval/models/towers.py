@@ -20,8 +20,7 @@ embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, s
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -79,19 +78,6 @@ class ItemTower(tf.keras.layers.Layer):
                                    if features and content_match else None)
         self.content_profile = content_profile if features else None
         self.cold_head = bool(cold_head and features)
-
-    @contextlib.contextmanager
-    def features_only(self) -> Iterator[None]:
-        """Within the block, every item index reads the unknown-id row: each vector is what the item would get with
-        no training interactions (the cold view, ``TwoTowerModel``'s ``cold_view_weight``). The user tower's history
-        keeps its rows: it reads ``id_rows`` through its own calls, made before the block."""
-        if self.id_rows is None:
-            raise ValueError("the features-only view needs item features")
-        self.id_rows.features_only = True
-        try:
-            yield
-        finally:
-            self.id_rows.features_only = False
 
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:

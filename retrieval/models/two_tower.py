@@ -41,23 +41,15 @@ class TwoTowerModel(tfrs.Model):
       every_position: train on every history position at once (a sequence encoder's user tower): the user vector
         after each history item is scored against the item that followed it (``sequence_encoder.
         every_position_targets``), and the loss is the mean over those positions (``compute_loss``).
-      cold_view_weight: ``w`` > 0 (an item tower with features only) adds ``w`` times the objective again with every
-        candidate embedded from its features alone (``ItemTower.features_only``), for the same user vectors and
-        labels: ``L = L(u, v) + w L(u, v_features)``. Item-id dropout trains the feature path on a share of the
-        candidates; this view trains it on all of them, against negatives that are feature-only too, which is the
-        ranking a cold item's vector takes part in: DropoutNet's input dropout (Volkovs et al. 2017) at rate 1 on
-        the candidate side, as a second term of the loss (written here; no dependency has it).
     """
 
     def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, *,
                  item_tower: Optional[ItemTower] = None, output_table: Optional[OutputTable] = None,
                  temperature: float = 1.0, max_history: int = 50, inference_part_size: int = 0,
-                 every_position: bool = False, cold_view_weight: float = 0.0):
+                 every_position: bool = False):
         super().__init__()
         if (item_tower is None) == (output_table is None):
             raise ValueError("a TwoTowerModel has either an item tower or an output table")
-        if cold_view_weight and (item_tower is None or item_tower.id_rows is None):
-            raise ValueError("cold_view_weight needs an item tower with item features")
         self.user_tower = user_tower
         self.item_tower = item_tower
         self.objective = objective
@@ -66,7 +58,6 @@ class TwoTowerModel(tfrs.Model):
         self.max_history = int(max_history)
         self.inference_part_size = int(inference_part_size)
         self.every_position = bool(every_position)
-        self.cold_view_weight = float(cold_view_weight)
         self.loss_tracker = tf.keras.metrics.Mean(name="loss")
 
     @property
@@ -116,10 +107,6 @@ class TwoTowerModel(tfrs.Model):
             finally:
                 self.user_tower.chunked_pooling = False
         per_example = self.objective(queries, labels, training=training)
-        if self.cold_view_weight and training:
-            with self.item_tower.features_only():
-                # training=False: the objective's frequency estimator has seen these labels once already.
-                per_example += self.cold_view_weight * self.objective(queries, labels, training=False)
         self.loss_tracker.update_state(per_example)
         return distributed.average_loss(per_example)
 

@@ -171,38 +171,6 @@ def in_batch_softmax_reference(queries: np.ndarray, items: np.ndarray, temperatu
     return -(np.diag(logits) - np.log(np.exp(logits).sum(axis=1)))
 
 
-def test_the_cold_view_adds_the_objective_with_every_candidate_from_its_features(vocab, item_features):
-    config = default_config()
-    assert config.item_tower.cold_view_weight == 0.0  # off unless asked for
-    config.update({"embedding_dim": 6, "temperature": 0.5})
-    config.item_tower.update({"id_embedding_dim": 6, "feature_embedding_dim": 3, "id_dropout": 0.0,
-                              "cold_view_weight": 0.5})
-    config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
-    config.objective.update({"name": "in_batch", "log_q": "none"})
-    model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
-    labels = tf.constant([2, 3, 4, 2 + WARM], tf.int32)  # distinct; the last one cold
-    batch = {"user": tf.constant([2, 3, 2, 3]), "history": tf.constant([[5, 6, 0], [7, 0, 0], [8, 9, 3], [4, 0, 0]]),
-             "label": labels}
-    queries = model(batch, training=True).numpy()
-    tower = model.item_tower
-    full = tower(labels).numpy()
-    features_only = tower.encode(tf.ones_like(labels), tower.features(labels)).numpy()
-    assert not np.allclose(full[:3], features_only[:3])  # warm items differ between the views
-    expected = (in_batch_softmax_reference(queries, full, 0.5)
-                + 0.5 * in_batch_softmax_reference(queries, features_only, 0.5)).mean()
-    np.testing.assert_allclose(model.compute_loss(batch, training=True).numpy(), expected, rtol=1e-5)
-    plain = in_batch_softmax_reference(queries, full, 0.5).mean()  # evaluation reads the objective alone
-    np.testing.assert_allclose(model.compute_loss(batch, training=False).numpy(), plain, rtol=1e-5)
-    assert not tower.id_rows.features_only  # the view ends with the step
-
-
-def test_the_cold_view_needs_item_features(vocab):
-    config = default_config()
-    config.item_tower.cold_view_weight = 1.0
-    model = build_model(config, vocab, Vocabulary.from_ids(["u0"]), None)  # without features: no view (as id dropout)
-    assert model.cold_view_weight == 0.0
-
-
 def test_the_cold_head_scores_items_placed_by_features_with_a_second_user_vector(vocab, item_features, tmp_path):
     config = default_config()
     config.embedding_dim = 6
