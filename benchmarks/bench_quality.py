@@ -81,7 +81,8 @@ PUBLISHED = {
     "lastfm": f"recall@20 / NDCG@20: BPR-MF 0.2014 / 0.1891, LightGCN 0.2523 / 0.2427, LightGCN++ 0.2715 / 0.2624 "
               f"({_LIGHTGCN})",
     "amazon-beauty": "HR@20 / NDCG@20: BPR-MF 0.0474 / 0.0192, SASRec 0.0894 / 0.0386, ICLRec 0.1058 / 0.0483 (Chen "
-                     "et al., WWW 2022, ICLRec; leave-last-one-out, full ranking, training items excluded)",
+                     "et al., WWW 2022, ICLRec; leave-last-one-out, full ranking, training items excluded; they train without "
+                     "each user's second-to-last item, which our final model trains on)",
     "amazon-beauty-sets": "none found under this protocol (a random holdout of the 5-core file)",
     "ml-100k": "none found under exactly this protocol",
     "gowalla-shape": "synthetic data: none",
