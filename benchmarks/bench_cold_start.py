@@ -9,11 +9,13 @@ ranked among the cold items only and in the whole catalogue, beside the content 
 profile cosine) with paired intervals. Each row is one run; ``--id_dropout`` lists the item-id dropout shares to
 compare (the first is the shipped one), so the same command gives the "without id dropout" row (0.0).
 
-    python -m benchmarks.bench_cold_start [--id_dropout=0.15,0.0] [--seeds=1] [--first_seed=42] [--epochs=0]
-        [--set=key=value ...] [--smoke] [--record]
+    python -m benchmarks.bench_cold_start [--split=test|validation] [--id_dropout=0.15,0.0] [--seeds=1]
+        [--first_seed=42] [--epochs=0] [--set=key=value ...] [--smoke] [--record]
 
-The seed also draws the cold items: the shipped share was chosen at ``--first_seed=7`` (validation: other cold
-items, the warm side early-stopping on the automatic holdout) and is reported at 42.
+The seed also draws the cold items. ``--split=validation`` is for choosing: each user's last rating (the test item)
+is removed before the run, so the run's own leave-last-one-out "test" is her second-to-last rating, a validation
+item, and its figures are validation figures; its draws start at seed 7 (``VALIDATION_SEEDS``). ``--split=test``
+(the default) reads the test items, on draws from seed 42 on, never a validation draw.
 
 ``--epochs`` > 0 sets the epochs; 0 keeps the config's (4, chosen on validation: configs/catalogue.py). The data
 (``../shared``) is read in place and the derived files go to a temporary directory.
@@ -36,11 +38,12 @@ import retrieval  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 from benchmarks.record import add_record_flag, record, should_record
 from configs import catalogue
 from configs.base import override
-from retrieval.data import movielens
+from retrieval.data import movielens, splits
 from retrieval.jobs.job import TrainingJob
 
 DATASET = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "ml-1m-partial"
-FIRST_SEED = 42
+FIRST_SEED = {"test": 42, "validation": 7}
+VALIDATION_SEEDS = range(FIRST_SEED["validation"], FIRST_SEED["test"])  # draws that choose; a test run refuses them
 YEAR = re.compile(r"\s*\((\d{4})\)\s*$")
 HEADLINE = ("recall@20", "ndcg@20")
 # The year as a category: its popularity and taste effects are not linear in the year (a numeric feature enters the
@@ -58,10 +61,24 @@ def item_table(movies: Path, path: Path) -> Path:
     return path
 
 
-def run(dropout: float, seed: int, workdir: Path, items: Path, epochs: int, smoke: bool,
+def ratings(split: str, workdir: Path, smoke: bool) -> Path:
+    """The ratings the runs read, as csv: all of them (``test``), or without each user's last rating
+    (``validation``: the one command's leave-last-one-out then holds out the second-to-last); 150 users under
+    ``smoke``."""
+    table = movielens.read_ratings(DATASET / "ratings.dat")
+    if smoke:
+        table = table[table["user_id"].isin(table["user_id"].drop_duplicates().head(150))]
+    if split == "validation":
+        table = splits.leave_last_n_out(table, n=1).train
+    path = workdir / f"ratings-{split}.csv"
+    table[["user_id", "item_id", "timestamp"]].to_csv(path, index=False)
+    return path
+
+
+def run(dropout: float, seed: int, workdir: Path, data: Path, items: Path, epochs: int, smoke: bool,
         overrides: Optional[dict] = None) -> dict:
     settings = {
-        "data.train_path": str(DATASET / "ratings.dat"), "data.format": "movielens",
+        "data.train_path": str(data), "data.format": "csv",
         "data.item_features_path": str(items), "data.item_features": FEATURES,
         "data.cold_item_fraction": 0.1, "model.item_tower.id_dropout": dropout, "seed": seed,
         "eval.bootstrap": 200, "gate.floors": "", "gate.min_lift_over_popular": -1.0, **(overrides or {}),
@@ -71,8 +88,7 @@ def run(dropout: float, seed: int, workdir: Path, items: Path, epochs: int, smok
     if epochs:
         settings["train.epochs"] = epochs
     if smoke:
-        settings.update({"data.train_path": str(workdir / "smoke.csv"), "data.format": "csv", "train.epochs": 1,
-                         "eval.baselines": ("most_popular",), "eval.bootstrap": 20})
+        settings.update({"train.epochs": 1, "eval.baselines": ("most_popular",), "eval.bootstrap": 20})
     config = override(catalogue.get_config(), settings)
     start = time.monotonic()
     outcome = TrainingJob(config, str(workdir / f"out-{dropout}-{seed}"), f"run-{seed}").run()
@@ -83,6 +99,9 @@ def run(dropout: float, seed: int, workdir: Path, items: Path, epochs: int, smok
     row = {"id_dropout": dropout, "seed": seed, "overrides": overrides or {}, "seconds": round(seconds, 1),
            "warm recall@20": m.get("recall@20"), "warm ndcg@20": m.get("ndcg@20"),
            "warm recall@20 CI": [full.get("recall@20_ci_low"), full.get("recall@20_ci_high")]}
+    for name in ("ease", "rp3beta", "item_knn"):  # the item-item baselines of the same run, on the warm items
+        if f"baseline/{name}/recall@20" in full:
+            row[f"warm {name} recall@20 / ndcg@20"] = [full[f"baseline/{name}/{metric}"] for metric in HEADLINE]
     for space, label in (("among_cold/", "cold among cold"), ("", "cold in catalogue")):
         for metric in HEADLINE:
             key = f"cold_items/{space}{metric}"
@@ -98,19 +117,15 @@ def run(dropout: float, seed: int, workdir: Path, items: Path, epochs: int, smok
     return row
 
 
-def _smoke_data(workdir: Path) -> None:
-    ratings = movielens.read_ratings(DATASET / "ratings.dat")
-    users = ratings["user_id"].drop_duplicates().head(150)
-    ratings[ratings["user_id"].isin(users)].to_csv(workdir / "smoke.csv", index=False)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--id_dropout", default="0.15,0.0", help="comma-separated item-id dropout shares (the "
                         "first: the shipped one)")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--first_seed", type=int, default=FIRST_SEED, help="7: the validation seed (other cold "
-                        "items) on which the shipped id_dropout was chosen")
+    parser.add_argument("--split", choices=tuple(FIRST_SEED), default="test", help="validation: without each "
+                        "user's last rating, figures to choose by (module docstring); test: the test items")
+    parser.add_argument("--first_seed", type=int, default=0, help="the first cold draw (0: 42 for test, 7 for "
+                        "validation; the shipped id_dropout was chosen at 7)")
     parser.add_argument("--epochs", type=int, default=0)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--set", action="append", default=[], help="key=value config overrides (Python literals), "
@@ -118,15 +133,19 @@ def main(argv=None) -> int:
     add_record_flag(parser)
     args = parser.parse_args(argv)
     overrides = {key: ast.literal_eval(value) for key, value in (item.split("=", 1) for item in args.set)}
+    seeds = range(args.first_seed or FIRST_SEED[args.split], (args.first_seed or FIRST_SEED[args.split]) + args.seeds)
+    if args.split == "test" and any(seed in VALIDATION_SEEDS for seed in seeds):
+        parser.error(f"seeds {VALIDATION_SEEDS.start}-{VALIDATION_SEEDS.stop - 1} are validation draws (they chose "
+                     "the recipe): a test run reads fresh draws, from 42 on")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         items = item_table(DATASET / "movies.dat", workdir / "items.csv")
-        if args.smoke:
-            _smoke_data(workdir)
+        data = ratings(args.split, workdir, args.smoke)
         for dropout in (float(x) for x in args.id_dropout.split(",")):
-            for seed in range(args.first_seed, args.first_seed + args.seeds):
-                rows.append(run(dropout, seed, workdir, items, args.epochs, args.smoke, overrides))
+            for seed in seeds:
+                rows.append({"split": args.split, **run(dropout, seed, workdir, data, items, args.epochs, args.smoke,
+                                                        overrides)})
                 print(rows[-1], flush=True)
     if should_record(args):
         record("bench_cold_start", rows, "python -m benchmarks.bench_cold_start " + " ".join(argv or sys.argv[1:]))
