@@ -133,7 +133,8 @@ def main(argv=None) -> int:
     add_record_flag(parser)
     args = parser.parse_args(argv)
     overrides = {key: ast.literal_eval(value) for key, value in (item.split("=", 1) for item in args.set)}
-    seeds = range(args.first_seed or FIRST_SEED[args.split], (args.first_seed or FIRST_SEED[args.split]) + args.seeds)
+    first = args.first_seed or FIRST_SEED[args.split]
+    seeds = range(first, first + args.seeds)
     if args.split == "test" and any(seed in VALIDATION_SEEDS for seed in seeds):
         parser.error(f"seeds {VALIDATION_SEEDS.start}-{VALIDATION_SEEDS.stop - 1} are validation draws (they chose "
                      "the recipe): a test run reads fresh draws, from 42 on")

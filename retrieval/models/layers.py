@@ -167,10 +167,9 @@ class ItemIdRows(tf.keras.layers.Layer):
 
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         rows = tf.gather(self.rows, indices)
-        if training and self._mask is not None:
-            dropped = self._mask(tf.ones_like(rows, tf.float32), training=True) == 0
-        else:
+        if not training or self._mask is None:
             return rows
+        dropped = self._mask(tf.ones_like(rows, tf.float32), training=True) == 0
         return tf.where(dropped & (rows >= MASK_BELOW), tf.fill(tf.shape(rows), OOV_ROW), rows)
 
 
