@@ -58,8 +58,7 @@ def _objective(config: ml_collections.ConfigDict, candidates: tf.keras.layers.La
                                                 seed=config.seed, name="frequency_estimator")
     sampler = _sampler(config, item_vocab) if objective.num_negatives > 0 else None
     return InBatchNegatives(candidates, config.temperature, log_q, counts=item_vocab.counts, estimator=estimator,
-                            sampler=sampler, loss=objective.name, margin=objective.margin,
-                            negative_weight=objective.negative_weight)
+                            sampler=sampler, loss=objective.name)
 
 
 def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary, user_vocab: Vocabulary,

@@ -58,8 +58,6 @@ OBJECTIVES: dict[str, Objective] = {
     "negative_sampling": Objective(NEGATIVES, binary=True, corrected=False, removes_hits=False, log_q=False),
     "sampled_logistic": Objective(NEGATIVES, binary=True),
     "full_logistic": Objective(("full",), binary=True),
-    "ccl": Objective(("in_batch",)),
-    "bsl": Objective(("in_batch",)),
 }
 
 
@@ -206,17 +204,7 @@ MODEL = Section("model", (
         "0.229-0.233 on ml-1m, 0.115-0.119 on Beauty); the sampled variants trail by ~0.01 on ml-1m. Pick nce when the "
         "score itself must mean something (log P), negative_sampling only to trade recall for the tail (ml-1m: tail "
         "share 0.17 vs 0.02, recall 0.18 vs 0.23), the full_* objectives only for small catalogues (few steps per "
-        "second). Over the batch's negatives (plus num_negatives mixed ones), corrected like in_batch "
-        "(docs/objectives.md): ccl: SimpleX's cosine contrastive loss (Mao et al. 2021): 1 - cos(u, pos) + "
-        "negative_weight * the mean of max(0, cos(u, neg) - margin), the mean importance-weighted by 1 / Q to the "
-        "uniform negatives it is defined with; no temperature (a cosine: keep l2_normalize). bsl: the bilateral softmax "
-        "loss (Wu et al. 2023): -logit(pos) + negative_weight * log sum over the negatives of exp(logit), logits s / T "
-        "- log Q as in_batch."),
-    Key("objective.margin", 0.9, number(-1, 1),
-        "ccl only: negatives whose cosine with the user is below the margin contribute nothing."),
-    Key("objective.negative_weight", 1.0, number(0, 1e4),
-        "ccl: the weight of the negatives' (weighted) mean; bsl: the weight of the negatives' log-partition (tau_2 of "
-        "the paper, 1.1-1.2 there; 1: a softmax without the positive in the denominator)."),
+        "second)."),
     Key("objective.negatives", "sampled", one_of(NEGATIVES),
         'nce / negative_sampling / sampled_logistic only: where the negatives come from. "sampled": num_negatives drawn '
         'by `sampler` (Q = its expected counts). "in_batch": the other positives of the batch are the noise (free: no '

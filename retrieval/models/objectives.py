@@ -130,10 +130,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
     """The global batch as the negatives, with optional log-Q correction and mixed negatives.
 
     ``loss="in_batch"`` is the in-batch softmax; ``nce``, ``negative_sampling`` and ``sampled_logistic`` use the
-    batch as the noise of the binary loss (``losses.in_batch_logistic``); ``ccl`` is SimpleX's cosine contrastive
-    loss (``losses.in_batch_cosine_contrastive``: ``margin``, ``negative_weight``; the columns' ``Q`` become
-    importance weights) and ``bsl`` the bilateral softmax (``losses.in_batch_bilateral_softmax``: ``negative_weight``),
-    both with the same columns and corrections as the softmax. The binary losses do not cancel a scale
+    batch as the noise of the binary loss (``losses.in_batch_logistic``). The binary losses do not cancel a scale
     common to every ``Q``, so their static correction is the expected count among a row's noise columns,
     ``(B - 1) count / total`` (``B`` the global batch); the estimated probability (probability of being in a batch)
     approximates it for items rarer than one per batch.
@@ -149,14 +146,11 @@ class InBatchNegatives(tf.keras.layers.Layer):
       estimator: the frequency estimator, updated with the batch's labels once per training step.
       sampler: extra negatives shared by the batch (mixed negative sampling), or None.
       loss: an objective of ``models.config.OBJECTIVES`` whose sources include "in_batch".
-      margin: ``ccl``'s margin on the negatives' cosine.
-      negative_weight: ``ccl``'s weight of the negatives' mean, ``bsl``'s weight of the negatives' log-partition.
     """
 
     def __init__(self, item_tower: tf.keras.layers.Layer, temperature: float, log_q: str = "none",
                  counts: Optional[np.ndarray] = None, estimator: Optional[FrequencyEstimator] = None,
-                 sampler: Optional[CandidateSampler] = None, loss: str = "in_batch", margin: float = 0.9,
-                 negative_weight: float = 1.0):
+                 sampler: Optional[CandidateSampler] = None, loss: str = "in_batch"):
         super().__init__(name="in_batch_softmax" if loss == "in_batch" else f"in_batch_{loss}")
         if loss not in taking("in_batch"):
             raise ValueError(f"unknown in-batch loss {loss!r}")
@@ -169,8 +163,6 @@ class InBatchNegatives(tf.keras.layers.Layer):
         self.estimator = estimator
         self.sampler = sampler
         self.loss = loss
-        self.margin = float(margin)
-        self.negative_weight = float(negative_weight)
         self.logit_bias = LogitBias(temperature) if loss in BINARY else None
         self._num_items = item_tower.vocab_size - NUM_RESERVED_IDS
         self._static_log_q = (tf.Variable(static_log_q(counts), trainable=False, name="static_log_q")
@@ -214,12 +206,6 @@ class InBatchNegatives(tf.keras.layers.Layer):
         if others is not None:
             extras.insert(0, others)
         extra = {key: tf.concat([e[key] for e in extras], axis=0) for key in columns} if extras else {}
-        shared = dict(candidate_ids=labels, extra_negatives=extra.get("vectors"), extra_log_q=extra.get("log_q"),
-                      extra_ids=extra.get("ids"), negative_weight=self.negative_weight)
-        if self.loss == "ccl":
-            return losses.in_batch_cosine_contrastive(query, candidates, log_q, margin=self.margin, **shared)
-        if self.loss == "bsl":
-            return losses.in_batch_bilateral_softmax(query, candidates, log_q, temperature=self.temperature, **shared)
         if self.logit_bias is None:
             return losses.in_batch_softmax(query, candidates, log_q, candidate_ids=labels,
                                            temperature=self.temperature, extra_negatives=extra.get("vectors"),
