@@ -274,6 +274,9 @@ def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
                                              "model.item_tower.id_dropout > 0")
     if c.get("model.item_tower.content_profile_weight") and c.get("model.objective.output_table"):
         yield "model.item_tower.content_profile_weight", "the content profile needs the item tower, not output_table"
+    elif c.get("model.item_tower.content_profile_weight") and not c.get("model.item_tower.cold_head"):
+        yield "model.item_tower.content_profile_weight", ("the content profile is the cold head's term: it needs "
+                                                          "model.item_tower.cold_head")
     if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":
         yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:

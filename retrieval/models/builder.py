@@ -100,9 +100,9 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
         pooling = "mean"
     init = Initializers(c.seed)
     item_tower, output_table = None, None
-    # With the cold head the term is the cold block's only and trains with it (its softmax calibrates the two).
+    # The term is the cold head's block only and trains with it (its softmax calibrates the two).
     content_profile = (ContentProfile(item_features, c.item_tower.content_profile_dim,
-                                      c.item_tower.content_profile_weight, c.seed, late=not c.item_tower.cold_head)
+                                      c.item_tower.content_profile_weight, c.seed)
                        if item_features and c.item_tower.content_profile_weight > 0 else None)
     if c.objective.output_table:
         output_table = OutputTable(item_vocab.size, c.embedding_dim, init, l2_normalize=c.l2_normalize)

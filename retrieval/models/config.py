@@ -143,10 +143,9 @@ MODEL = Section("model", (
         "With item features only: the weight g of the content profile's score, + g cos(profile, item): item vectors "
         "gain the item's TF-IDF content vector (the cold-item evaluation's content baseline) projected to "
         "content_profile_dim coordinates, times sqrt(g), the user vector the normalised mean of the history's, times "
-        "sqrt(g) (retrieval.models.content_profile); the exported vectors are then compared by inner product. With "
-        "cold_head only the items placed by their features alone carry it, in training too (configs/catalogue.py sets "
-        "0.3); without, every item does, outside training only (late fusion: on validation it moved cold items up as "
-        'much as warm ones down). Pooled histories (mean, attention) only. 0: off.'),
+        "sqrt(g) (retrieval.models.content_profile); the exported vectors are then compared by inner product. Needs "
+        "cold_head: only the items placed by their features alone carry it, in training too (configs/catalogue.py "
+        'sets 0.3). Pooled histories (mean, attention) only. 0: off.'),
     Key("item_tower.content_profile_dim", 64, DIM,
         "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
         "vectors (all terms, exactly, when there are at most this many)."),

@@ -10,18 +10,14 @@ weighted hybrid (Burke 2002, "Hybrid recommender systems: survey and experiments
 clicked share every coordinate of their content with the items a user did click, token for token, which the
 towers' learned embeddings of a token only approximate (tokens of cold items alone are never trained).
 
-Two ways to fuse (validation on MovieLens-1M with 10% of the movies cold, seeds 7 and 8, g 0.3; JOURNAL.md,
-"Issue 35: the content profile" and "Issue 35: the content profile in the cold head"):
-
-- With the item tower's cold head (``configs/catalogue.py``), the term belongs to the cold block: only items placed by
-  their features alone (cold items; dropped ids in training) carry the coordinates, warm items rank as without them,
-  and the term is in the training logits, so the one softmax over both blocks calibrates cold scores against warm
-  ones. Among cold items recall@20 +0.008 and +0.005 over the head alone, warm validation -0.005 and +0.005.
-- Without it, every item carries the coordinates and the fusion is late: zeros in training (the towers train as
-  they would without them), the term outside training (validation, export, serving). Among cold items +0.011 on both
-  seeds, warm validation -0.013 on both: a trade, for catalogues where new items matter more than the rest. (Cold
-  items alone with a late term crowd the whole catalogue's top 20: nothing calibrates it; warm items' recall@20
-  there 0.25 -> 0.14 at g 0.5. The term in the training logits of every item moved cold items by +0.007 and -0.006.)
+The term belongs to the item tower's cold head (``configs/catalogue.py``; the config checks refuse it without one):
+only items placed by their features alone (cold items; dropped ids in training) carry the coordinates, warm items
+rank as without them, and the term is in the training logits, so the one softmax over both blocks calibrates cold
+scores against warm ones. On validation (MovieLens-1M with 10% of the movies cold, seeds 7 and 8, g 0.3; JOURNAL.md,
+"Issue 35: the content profile in the cold head") among cold items recall@20 +0.008 and +0.005 over the head alone,
+warm validation -0.005 and +0.005. A late fusion without the head (every item carrying the coordinates, zeros in
+training) traded warm items for cold ones (among cold +0.011, warm -0.013 on both seeds; "Issue 35: the content
+profile") and was removed as a lever that lost (issue 51).
 
 ``lookup(indices)`` reads the catalogue's coordinates (computed once, at build, from its TF-IDF matrix);
 ``encode(values)`` computes them from coded feature values, so the exported item tower embeds the items of a new
@@ -45,12 +41,10 @@ class ContentProfile(tf.keras.layers.Layer):
     """Fixed content coordinates of items ``[..., k]`` and of user histories ``[B, k]`` (module docstring)."""
 
     def __init__(self, tables: Mapping[str, np.ndarray], dim: int, weight: float, seed: int = 0,
-                 late: bool = True, name: str = "content_profile"):
+                 name: str = "content_profile"):
         """``tables``: the catalogue's per-index feature tables (``FeatureTables``' input); ``dim``: the most
-        coordinates (fewer when the catalogue has fewer terms); ``weight``: ``g``; ``seed``: the SVD's start;
-        ``late``: zeros in training (late fusion), else the term in the training logits too."""
+        coordinates (fewer when the catalogue has fewer terms); ``weight``: ``g``; ``seed``: the SVD's start."""
         super().__init__(name=name, trainable=False)
-        self.late = bool(late)
         self.blocks = content.layout(tables)
         vectors = content.content_vectors(tables, self.blocks)
         basis = content.projection(vectors, dim, seed).astype(np.float32)
@@ -98,15 +92,11 @@ class ContentProfile(tf.keras.layers.Layer):
             first += len(edges) + 1
         return tf.stack(codes, axis=1)
 
-    def lookup(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
-        """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)`` (zeros in training)."""
-        return self.scale_in(training) * tf.gather(self.catalogue, indices)
+    def lookup(self, indices: tf.Tensor) -> tf.Tensor:
+        """The catalogue's coordinates of item indices [...] -> [..., k], times ``sqrt(g)``."""
+        return self.scale * tf.gather(self.catalogue, indices)
 
     def history_mean(self, history: tf.Tensor, mask: tf.Tensor, *, chunked: bool = False) -> tf.Tensor:
         """[B, k]: the mean coordinates of the history's valid positions; ``p_u`` is it L2-normalised, which the user
         tower does with the rest of its output (``UserTower.normalize``, also for a mean over history parts)."""
         return masked_mean(tf.gather(self.catalogue, history), mask, chunked=chunked)
-
-    def scale_in(self, training: bool) -> float:
-        """The coordinates' factor: ``sqrt(g)``, 0 in training with late fusion (module docstring)."""
-        return 0.0 if training and self.late else self.scale

@@ -82,7 +82,7 @@ class ItemTower(tf.keras.layers.Layer):
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:
             return self.encode(indices, None)
-        content = self.content_profile.lookup(indices, training) if self.content_profile is not None else None
+        content = self.content_profile.lookup(indices) if self.content_profile is not None else None
         return self.encode(self.id_rows(indices, training=training), self.features(indices), content)
 
     def embed_values(self, id_rows: tf.Tensor, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
@@ -210,7 +210,7 @@ class UserTower(tf.keras.layers.Layer):
                 1.0 - self.user_id_gate) * x
         if self.content_profile is not None:
             x = tf.concat([x, self.content_profile.history_mean(history, mask, chunked=self.chunked_pooling)], axis=-1)
-        return self.normalize(x, training=bool(training))
+        return self.normalize(x)
 
     def _history_item_features(self, history: tf.Tensor, training: bool) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
         """The history items' projected feature encodings ``[B, H, d]`` (added to their id embeddings) and, for the
@@ -228,10 +228,9 @@ class UserTower(tf.keras.layers.Layer):
         matched = gather(self.content_projection(encodings)) if self.content_projection is not None else None
         return gather(self.history_features(encodings)), matched
 
-    def normalize(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def normalize(self, x: tf.Tensor) -> tf.Tensor:
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): each head of the
-        towers' part L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``
-        (0 in training with late fusion)."""
+        towers' part L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``."""
         own = x[..., :self.output_dim]
         if self.l2_normalize:
             own = tf.concat([tf.math.l2_normalize(head, axis=-1) for head in tf.split(own, self.heads, axis=-1)],
@@ -239,5 +238,4 @@ class UserTower(tf.keras.layers.Layer):
         if self.content_profile is None:
             return own
         profile = x[..., self.output_dim:]
-        scale = self.content_profile.scale_in(training)
-        return tf.concat([own, scale * tf.math.l2_normalize(profile, axis=-1)], axis=-1)
+        return tf.concat([own, self.content_profile.scale * tf.math.l2_normalize(profile, axis=-1)], axis=-1)

@@ -1,5 +1,6 @@
-"""Content-profile coordinates (``retrieval.models.content_profile``): the projected TF-IDF vectors against NumPy, the
-towers' score plus g times the content baseline's cosine outside training, zeros in training."""
+"""Content-profile coordinates (``retrieval.models.content_profile``): the projected TF-IDF vectors against NumPy, and
+the cold head's score plus g times the content baseline's cosine for the items placed by their features, in training
+too."""
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
@@ -44,7 +45,7 @@ def model_of(vocab, item_features, weight, dim=64, l2_normalize=True):
     config.embedding_dim = DIM
     config.l2_normalize = l2_normalize
     config.item_tower.update({"id_embedding_dim": DIM, "feature_embedding_dim": 3, "id_dropout": 0.3,
-                              "content_profile_weight": weight, "content_profile_dim": dim})
+                              "cold_head": True, "content_profile_weight": weight, "content_profile_dim": dim})
     config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
     return build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
 
@@ -75,35 +76,6 @@ def test_numeric_features_of_several_columns_are_binned_in_the_graph_as_in_numpy
                                atol=1e-5)
 
 
-def test_the_score_is_the_towers_score_plus_g_times_the_content_baselines_cosine(vocab, item_features):
-    weight = 0.7
-    model = model_of(vocab, item_features, weight)
-    assert model.metric == "ip"
-    histories = np.array([[3, 5, 12, 0], [7, 13, 0, 0], [4, 9, 11, 0]], np.int32)  # 12, 13: cold items
-    users = model.user_vectors(tf.constant([2, 3, 1]), tf.constant(histories)).numpy()
-    items = model.catalogue_vectors()
-    assert users.shape[1] == items.shape[1] > DIM
-    towers = users[:, :DIM] @ items[:, :DIM].T
-    np.testing.assert_allclose(np.linalg.norm(users[:, :DIM], axis=1), 1.0, rtol=1e-5)  # the towers' own cosine
-    # The content baseline of the cold-item evaluation, the histories as training items.
-    train = csr_lib.from_pairs(np.repeat(np.arange(3), 4)[histories.ravel() >= 2], histories.ravel()[
-        histories.ravel() >= 2], 3)
-    baseline = cold_items.content_scorer(content.content_vectors(item_features), train,
-                                         np.arange(vocab.size))(np.arange(3))[:, 2:]
-    np.testing.assert_allclose(users @ items.T - towers, weight * baseline, atol=1e-5)
-    exported = model.item_vectors(tf.constant([12, 13])).numpy()  # cold items: id row OOV, content intact
-    np.testing.assert_allclose(exported, items[10:12], rtol=1e-6)
-
-
-def test_the_fusion_is_late_training_sees_zero_coordinates(vocab, item_features):
-    model = model_of(vocab, item_features, 0.7)
-    batch = {"user": tf.constant([2, 3]), "history": tf.constant([[3, 5, 12], [7, 0, 0]])}
-    trained_users = model(batch, training=True).numpy()
-    trained_items = model.item_tower(tf.constant([3, 12]), training=True).numpy()
-    assert not trained_users[:, DIM:].any() and not trained_items[:, DIM:].any()
-    assert model(batch).numpy()[:, DIM:].any() and model.item_tower(tf.constant([3, 12])).numpy()[:, DIM:].any()
-
-
 def test_the_exported_item_tower_computes_the_coordinates_from_coded_values(vocab, item_features, tmp_path):
     model = model_of(vocab, item_features, 0.5, dim=5)
     expected = model.catalogue_vectors()  # (builds the towers)
@@ -115,16 +87,22 @@ def test_a_set_models_mean_of_parts_keeps_each_part_of_the_vector_normalised(voc
     model = model_of(vocab, item_features, 0.25)
     model.inference_part_size = 2
     users = model.user_vectors(tf.constant([2]), tf.constant([[3, 5, 12, 7, 9]])).numpy()
-    np.testing.assert_allclose(np.linalg.norm(users[:, :DIM], axis=1), 1.0, rtol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(users[:, DIM:], axis=1), 0.5, rtol=1e-5)
+    for head in (users[:, :DIM], users[:, DIM:2 * DIM]):
+        np.testing.assert_allclose(np.linalg.norm(head, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(users[:, 2 * DIM:], axis=1), 0.5, rtol=1e-5)
 
 
-def test_the_content_profile_needs_a_pooled_history_and_the_item_tower():
+def test_the_content_profile_needs_the_cold_head_a_pooled_history_and_the_item_tower():
     from configs.catalogue import get_config
 
     config = get_config()
     config.model.item_tower.content_profile_weight = 0.3
     assert not [key for key, _ in config_problems(config) if key == "model.item_tower.content_profile_weight"]
+    config.model.item_tower.cold_head = False
+    assert [message for key, message in config_problems(config)
+            if key == "model.item_tower.content_profile_weight"] == [
+        "the content profile is the cold head's term: it needs model.item_tower.cold_head"]
+    config.model.item_tower.cold_head = True
     config.model.user_tower.pooling = "self_attention"
     config.model.item_tower.content_match = False
     assert any(key == "model.item_tower.content_profile_weight" for key, _ in config_problems(config))
@@ -133,13 +111,9 @@ def test_the_content_profile_needs_a_pooled_history_and_the_item_tower():
     assert any(key == "model.item_tower.content_profile_weight" for key, _ in config_problems(config))
 
 
-def test_with_the_cold_head_the_term_is_the_cold_blocks_and_trains_with_it(vocab, item_features):
-    config = default_config()
-    config.embedding_dim = DIM
-    config.item_tower.update({"id_embedding_dim": DIM, "feature_embedding_dim": 3, "id_dropout": 0.3,
-                              "cold_head": True, "content_profile_weight": 0.7})
-    config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
-    model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
+def test_the_term_is_the_cold_blocks_and_trains_with_it(vocab, item_features):
+    model = model_of(vocab, item_features, 0.7)
+    assert model.metric == "ip"
     histories = np.array([[3, 5, 12, 0], [7, 13, 0, 0], [4, 9, 11, 0]], np.int32)
     users = model.user_vectors(tf.constant([2, 3, 1]), tf.constant(histories)).numpy()
     items = model.catalogue_vectors()
@@ -150,6 +124,8 @@ def test_with_the_cold_head_the_term_is_the_cold_blocks_and_trains_with_it(vocab
                                          np.arange(vocab.size))(np.arange(3))[:, 2:]
     heads = users[:, :2 * DIM] @ items[:, :2 * DIM].T
     np.testing.assert_allclose(users @ items.T - heads, 0.7 * baseline * cold, atol=1e-5)  # warm items: + 0
+    exported = model.item_vectors(tf.constant([12, 13])).numpy()  # cold items: id row OOV, content intact
+    np.testing.assert_allclose(exported, items[10:12], rtol=1e-6)
     # In training too, every item placed by its features (12 is cold; a dropped id) carries the term, no other.
     trained = model.item_tower(tf.constant(np.tile(np.arange(2, vocab.size), 20)), training=True).numpy()
     by_features = ~trained[:, :DIM].any(axis=1)

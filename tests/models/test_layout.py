@@ -32,8 +32,8 @@ def catalogue():
     ({"item_tower.cold_head": True}, "", ScoreLayout(8)),  # no item table: no cold items, one block
     ({"item_tower.cold_head": True, "item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 4},
      FEATURES, ScoreLayout(8, heads=2, content_width=4)),
-    ({"item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 64}, FEATURES,
-     "capped"),  # more coordinates asked for than the catalogue has terms: all its terms
+    ({"item_tower.cold_head": True, "item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 64},
+     FEATURES, "capped"),  # more coordinates asked for than the catalogue has terms: all its terms
     ({"objective.name": "sampled_softmax", "objective.num_negatives": 4, "objective.output_table": True}, "",
      ScoreLayout(8, bias=True)),
 ])
@@ -48,7 +48,7 @@ def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features,
     terms = sum(block.width for block in content.layout(tables))
     assert 4 < terms < 64
     if expected == "capped":
-        expected = ScoreLayout(8, content_width=terms)
+        expected = ScoreLayout(8, heads=2, content_width=terms)
     flat = {**{f"model.{k}": v for k, v in config_checks.flatten(config)}, "data.item_features": features}
     layout = score_layout(flat, terms)
     assert layout == expected
