@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, Iterator, Union
 
 PathLike = Union[str, os.PathLike]
+# item_embeddings.parquet's column of the vectors the items' features alone give them (runs with the cold head;
+# written by retrieval.export and the catalogue refresh, folded by retrieval.index.similar)
+PLACED_BY_FEATURES = "placed_by_features"
 
 
 @dataclasses.dataclass(frozen=True)

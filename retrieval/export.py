@@ -6,7 +6,9 @@
   Two-tower and Item2Vec runs export this same signature (Item2Vec: the mean of the history's item vectors).
 * ``<run>/item_embeddings.parquet``: ``item_id`` (string), ``embedding`` (list<float32>) and ``warm`` (bool: the
   item had training interactions), one row per catalogue item in vocabulary order (indices 2..V-1): with an item
-  feature table, items nobody clicked are rows too (``retrieval.data.catalogue``).
+  feature table, items nobody clicked are rows too (``retrieval.data.catalogue``). With the item tower's cold head
+  also ``placed_by_features`` (list<float32>): the vector each item's features alone give it (a cold item's is its
+  ``embedding``), which the item-to-item view folds beside the vector read by id (``retrieval.index.similar``).
 * ``<run>/item_tower/`` (two-tower runs with item features): a SavedModel whose ``serving_default(item_id: string
   [N], feature_0 .. feature_{F-1})`` returns ``{"embedding": float32 [N, d]}`` from ids and coded feature values
   (``feature_names`` gives the order; the codes are those of ``vocab/item_features.json``). Ids that had training
@@ -39,7 +41,7 @@ from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval import parameter_server
-from retrieval.artifacts import PathLike, RunPaths, atomic_path
+from retrieval.artifacts import PLACED_BY_FEATURES, PathLike, RunPaths, atomic_path
 from retrieval.data import validate
 from retrieval.data.vocab import NUM_RESERVED, OOV_INDEX, Vocabulary
 from retrieval.errors import InputError
@@ -157,20 +159,28 @@ def export_mean_pooling_encoder(item_ids: Sequence[str], vectors: np.ndarray, pa
     _save_encoder(module, path)
 
 
+def _vector_column(vectors: np.ndarray) -> pa.ListArray:
+    offsets = pa.array(np.arange(len(vectors) + 1, dtype=np.int32) * vectors.shape[1])
+    return pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1), pa.float32()))
+
+
 def write_item_embeddings(path: PathLike, item_ids: Sequence[str], vectors: np.ndarray,
-                          warm: Optional[np.ndarray] = None) -> None:
-    """Writes ``item_id`` (string), ``embedding`` (list<float32>) and ``warm`` (bool; default all true) rows to a
-    Parquet file, atomically."""
+                          warm: Optional[np.ndarray] = None, placed_by_features: Optional[np.ndarray] = None) -> None:
+    """Writes ``item_id`` (string), ``embedding`` (list<float32>), ``warm`` (bool; default all true) and, when given,
+    ``placed_by_features`` (list<float32>, the shape of ``vectors``) rows to a Parquet file, atomically."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or len(item_ids) != len(vectors):
         raise InputError(f"need one vector per item id, got {len(item_ids)} ids and vectors of shape {vectors.shape}")
     warm = np.ones(len(vectors), bool) if warm is None else np.asarray(warm, bool)
-    offsets = pa.array(np.arange(len(vectors) + 1, dtype=np.int32) * vectors.shape[1])
-    embedding = pa.ListArray.from_arrays(offsets, pa.array(vectors.reshape(-1), pa.float32()))
-    table = pa.table({"item_id": pa.array(np.asarray(item_ids, dtype=object).astype(str), pa.string()),
-                      "embedding": embedding, "warm": pa.array(warm, pa.bool_())})
+    columns = {"item_id": pa.array(np.asarray(item_ids, dtype=object).astype(str), pa.string()),
+               "embedding": _vector_column(vectors), "warm": pa.array(warm, pa.bool_())}
+    if placed_by_features is not None:
+        placed = np.ascontiguousarray(placed_by_features, dtype=np.float32)
+        if placed.shape != vectors.shape:
+            raise InputError(f"{PLACED_BY_FEATURES} has shape {placed.shape}, the embeddings {vectors.shape}")
+        columns[PLACED_BY_FEATURES] = _vector_column(placed)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
+        pq.write_table(pa.table(columns), tmp)
 
 
 def read_item_embeddings(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
@@ -204,8 +214,9 @@ def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: V
     paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
     export_user_tower(model, item_vocab, user_vocab, paths.user_tower)
     vectors = model.catalogue_vectors()
+    placed = model.catalogue_vectors(placed_by_features=True) if model.item_similarity == "score_correlation" else None
     write_item_embeddings(paths.item_embeddings, item_vocab.ids[NUM_RESERVED:], vectors,
-                          item_vocab.warm[NUM_RESERVED:])
+                          item_vocab.warm[NUM_RESERVED:], placed)
     if model.item_tower is not None and model.item_tower.features is not None:
         export_item_tower(model, item_vocab, paths.item_tower)
     return {"metric": model.metric, "max_history": model.max_history, "inference_part_size": model.inference_part_size,

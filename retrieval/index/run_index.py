@@ -12,7 +12,8 @@ item a refresh removed from the catalogue still counts in the histories that hol
 (``dot`` -> inner product, ``cosine``), its model version the run's.
 
 A run whose manifest says ``item_similarity: score_correlation`` (the cold head's two blocks of item vectors) also
-gets its item-to-item index, ``index/similar/`` (``retrieval.index.similar``), from the same sample of user vectors.
+gets its item-to-item index, ``index/similar/`` (``retrieval.index.similar``), from the same sample of user vectors,
+over the folded vectors when the embeddings carry ``placed_by_features``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.export import load_user_encoder
 from retrieval.index import IdMap, ItemIndex, build_index
-from retrieval.index.similar import SCORE_CORRELATION, build_similar_index
+from retrieval.index.similar import SCORE_CORRELATION, build_similar_index, similarity_vectors
 from retrieval.index.source import ParquetVectors
 
 
@@ -84,7 +85,7 @@ def build_run_index(run_dir: PathLike | RunPaths, *, factory: str = "auto", reca
         if queries is None:
             raise InputError("the run's item-to-item similarity (score correlation) needs user vectors: its user tower "
                              "and training data", path=str(paths.root))
-        index.similar = build_similar_index(vectors, id_map, queries, **options)
+        index.similar = build_similar_index(similarity_vectors(paths.item_embeddings), id_map, queries, **options)
     if save:
         index.save(paths.index)
     return index

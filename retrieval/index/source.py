@@ -90,14 +90,15 @@ def shard_files(path: PathLike | Sequence[PathLike]) -> list[Path]:
 
 
 class ParquetVectors(VectorSource):
-    """The ``embedding`` column of item-embedding Parquet file(s), read in record batches (module docstring)."""
+    """A vector column (``embedding`` unless named) of item-embedding Parquet file(s), read in record batches (module
+    docstring)."""
 
-    def __init__(self, path: Union[PathLike, Sequence[PathLike]]):
-        self.files = shard_files(path)
+    def __init__(self, path: Union[PathLike, Sequence[PathLike]], column: str = "embedding"):
+        self.files, self.column = shard_files(path), column
         try:
             self._rows = [pq.ParquetFile(f).metadata.num_rows for f in self.files]
             first = next((f for f, n in zip(self.files, self._rows, strict=True) if n), self.files[0])
-            head = next(pq.ParquetFile(first).iter_batches(batch_size=1, columns=["embedding"]), None)
+            head = next(pq.ParquetFile(first).iter_batches(batch_size=1, columns=[column]), None)
         except (OSError, pa.ArrowInvalid, KeyError) as e:
             raise InputError(f"cannot read item embeddings: {e}", path=str(self.files[0])) from None
         self.count = int(sum(self._rows))
@@ -115,12 +116,12 @@ class ParquetVectors(VectorSource):
 
     def chunks(self, rows: int = CHUNK_ROWS) -> Iterator[np.ndarray]:
         for path in self.files:
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=["embedding"]):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=[self.column]):
                 lists = batch.column(0)
                 lengths = lists.value_lengths().to_numpy(zero_copy_only=False)
                 if len(lengths) and np.any(lengths != self.dimension):
                     raise InputError(f"embeddings have different lengths (expected {self.dimension})", path=str(path),
-                                     column="embedding")
+                                     column=self.column)
                 values = lists.flatten().to_numpy(zero_copy_only=False)
                 yield values.astype(np.float32, copy=False).reshape(len(lengths), self.dimension)
 

@@ -12,7 +12,8 @@ item from its id (warm ids read their trained row, any other id the unknown-id r
    written;
 2. codes the table with the run's specs (values the model never saw are "missing") and embeds every row with the
    item tower: new items and changed ones get new vectors, unchanged ones the vectors they had; items gone from the
-   table leave the catalogue (the table *is* the catalogue: list every item to serve);
+   table leave the catalogue (the table *is* the catalogue: list every item to serve); with the cold head, every row
+   is also embedded as if new (``placed_by_features``, for the folded item-to-item view, ``retrieval.index.similar``);
 3. writes a new run of the same lineage beside the published one: the user tower, training histories, vocabularies
    and metrics are hard links to the published run's (nothing retrained, so nothing else changes), the new
    ``item_embeddings.parquet`` and ``vocab/items.parquet`` describe the new catalogue, ``vocab/training_items.parquet``
@@ -332,6 +333,7 @@ class _RefreshRun:
 
     def _embed(self) -> dict:
         from retrieval import export
+        from retrieval.index.similar import SCORE_CORRELATION
 
         _clear(self.paths.root)  # a killed attempt's partial files
         parent, plan = self.plan.parent, self.plan
@@ -340,11 +342,15 @@ class _RefreshRun:
         item_ids = plan.table[plan.id_column].astype(str).to_numpy(dtype=object)
         catalogue = Vocabulary(np.concatenate([[PAD, OOV], item_ids]), np.zeros(len(item_ids) + NUM_RESERVED, np.int64))
         arrays = features.feature_arrays(plan.table, plan.id_column, catalogue, plan.specs)
-        vectors = embed(parent.item_tower, item_ids, {name: array[NUM_RESERVED:] for name, array in arrays.items()})
+        values = {name: array[NUM_RESERVED:] for name, array in arrays.items()}
+        vectors = embed(parent.item_tower, item_ids, values)
+        placed = None  # the item-to-item view's second placement: every item as if new (no id the tower knows)
+        if artifacts.read_json(parent.manifest).get("item_similarity") == SCORE_CORRELATION:
+            placed = embed(parent.item_tower, np.full(len(item_ids), "", dtype=object), values)
         counts = plan.training.counts[plan.training.lookup(item_ids)]
         plan.training.save(self.paths.training_item_vocab)
         Vocabulary(catalogue.ids, np.concatenate([[0, 0], counts])).save(self.paths.item_vocab)
-        export.write_item_embeddings(self.paths.item_embeddings, item_ids, vectors, counts > 0)
+        export.write_item_embeddings(self.paths.item_embeddings, item_ids, vectors, counts > 0, placed)
         return dict(plan.manifest["catalogue"])
 
     def _index(self) -> dict:

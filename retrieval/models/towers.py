@@ -85,6 +85,13 @@ class ItemTower(tf.keras.layers.Layer):
         content = self.content_profile.lookup(indices) if self.content_profile is not None else None
         return self.encode(self.id_rows(indices, training=training), self.features(indices), content)
 
+    def placed_by_features(self, indices: tf.Tensor) -> tf.Tensor:
+        """The vectors items ``indices`` [...] get from their features alone, as if nobody had clicked them: read at
+        the unknown-id row (with the cold head, in the second block). A catalogue item's "new copy" gets this vector
+        (``retrieval.index.similar`` folds it beside the vector read by id)."""
+        content = self.content_profile.lookup(indices) if self.content_profile is not None else None
+        return self.encode(tf.fill(tf.shape(indices), OOV_ROW), self.features(indices), content)
+
     def embed_values(self, id_rows: tf.Tensor, values: Mapping[str, tf.Tensor]) -> tf.Tensor:
         """Item vectors [N, d] from id-table rows [N] and coded feature values (``FeatureTables.encode``'s input):
         the exported item encoder embeds the items of a new catalogue table through this (``retrieval.export``)."""

@@ -173,8 +173,10 @@ class TwoTowerModel(tfrs.Model):
         weights, bias = self.output_table(indices)
         return tf.concat([weights, bias[:, tf.newaxis]], axis=1)
 
-    def catalogue_vectors(self, batch_size: int = 8192) -> np.ndarray:
-        """Item vectors of every known item, indices ``2 .. V-1`` in order, computed in blocks: ``[V - 2, d]``."""
-        blocks = [self.item_vectors(tf.range(start, min(start + batch_size, self.item_vocab_size))).numpy()
+    def catalogue_vectors(self, batch_size: int = 8192, placed_by_features: bool = False) -> np.ndarray:
+        """Item vectors of every known item, indices ``2 .. V-1`` in order, computed in blocks: ``[V - 2, d]``;
+        with ``placed_by_features``, the vectors their features alone give them (``ItemTower.placed_by_features``)."""
+        embed = self.item_tower.placed_by_features if placed_by_features else self.item_vectors
+        blocks = [embed(tf.range(start, min(start + batch_size, self.item_vocab_size))).numpy()
                   for start in range(NUM_RESERVED, self.item_vocab_size, batch_size)]
         return np.concatenate(blocks, axis=0)

@@ -36,6 +36,7 @@ from retrieval.errors import InputError
 from retrieval.export import load_user_encoder
 from retrieval.index import IdMap, ItemIndex
 from retrieval.index.run_index import build_run_index
+from retrieval.index.similar import Folded, similarity_vectors
 from retrieval.index.source import ParquetVectors
 from retrieval.serving.settings import resolve_run_dir
 
@@ -67,11 +68,14 @@ class CandidateGenerator:
     """Answers ``recommend``/``recommend_batch``/``similar`` for one loaded run (immutable once built)."""
 
     def __init__(self, encoder, index: ItemIndex, histories: UserHistories, item_vectors: np.ndarray, manifest: dict,
-                 run_dir: Optional[Path] = None, vocabulary: Optional[IdMap] = None):
+                 run_dir: Optional[Path] = None, vocabulary: Optional[IdMap] = None,
+                 similar_vectors: Optional[np.ndarray] = None):
         """``histories`` hold indices of ``vocabulary``, the items the user tower reads (module docstring; default:
-        the catalogue, ``index.id_map``)."""
+        the catalogue, ``index.id_map``); ``similar_vectors``: the item-to-item index's own vectors of the items
+        (``retrieval.index.similar.similarity_vectors``; default ``item_vectors``)."""
         self.encoder, self.index, self.histories, self.manifest = encoder, index, histories, manifest
         self.item_vectors, self.run_dir = item_vectors, run_dir
+        self.similar_vectors = item_vectors if similar_vectors is None else similar_vectors
         self.vocabulary = index.id_map if vocabulary is None else vocabulary
         self.max_history = int(manifest.get("max_history") or 0) or None
         self.loaded_at = time.time()
@@ -114,9 +118,11 @@ class CandidateGenerator:
         vocabulary = (IdMap(Vocabulary.load(paths.training_item_vocab).ids[NUM_RESERVED:])
                       if paths.training_item_vocab.is_file() else index.id_map)  # what the user tower reads
         histories = UserHistories.from_parquet(paths.train_data, vocabulary)
+        similar = similarity_vectors(paths.item_embeddings) if index.similar is not None else None
         logging.info("loaded run %s (version %s): %d items, %d users", paths.root, manifest.get("version"),
                      len(index), len(histories))
-        return cls(encoder, index, histories, vectors, manifest, paths.root, vocabulary)
+        return cls(encoder, index, histories, vectors, manifest, paths.root, vocabulary,
+                   similar.read_all() if isinstance(similar, Folded) else None)
 
     version = property(lambda self: str(self.manifest.get("version")))
     run_id = property(lambda self: str(self.manifest.get("run_id")))
@@ -193,12 +199,12 @@ class CandidateGenerator:
     def similar(self, item_id: str, k: int = 10) -> Candidates:
         """The ``k`` nearest items to ``item_id``'s own embedding, itself excluded: in the run's item-to-item index
         when it has one (``index/similar/``: warm and cold items compared by the correlation of their scores over
-        users, ``retrieval.index.similar``), else in its item index."""
+        users, the vectors folded, ``retrieval.index.similar``), else in its item index."""
         position = self.index.id_map.positions_of([item_id])[0]
         if position < 0:
             raise UnknownItemError(f"unknown item {item_id!r}", field="item_id")
         index = self.index if self.index.similar is None else self.index.similar
-        neighbours = index.search(self.item_vectors[position], k + 1)
+        neighbours = index.search(self.similar_vectors[position], k + 1)
         (indices, scores), = self._first_k(neighbours.indices, neighbours.scores,
                                            [self.index.id_map.indices[[position]]], k)
         return Candidates(self.index.id_map.ids_of(indices), scores)

@@ -3,10 +3,11 @@ covariance, a cold item that users score like a warm one finds it (the plain inn
 
 import numpy as np
 
+from retrieval import export
 from retrieval.index import ItemIndex, build_index
 from retrieval.index.idmap import IdMap
-from retrieval.index.similar import build_similar_index, correlation_transform
-from retrieval.index.source import ArrayVectors
+from retrieval.index.similar import Folded, build_similar_index, correlation_transform, similarity_vectors
+from retrieval.index.source import ArrayVectors, ParquetVectors
 
 D = 4  # each head's width
 
@@ -60,3 +61,24 @@ def test_the_item_to_item_index_is_saved_inside_the_index_and_shares_its_id_map(
         np.testing.assert_array_equal(got.item_ids, expected.item_ids)
         np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-6)
     assert ItemIndex.load(tmp_path / "index" / "similar").similar is None  # a complete index directory itself
+
+
+def test_the_fold_adds_the_feature_placement_of_the_items_read_by_id(tmp_path):
+    """Warm items ``[v, 0]`` gain their feature placement ``[0, f]``; cold items ``[0, f]`` stay as they are; a file
+    without the column (a run exported before the fold) is read as it is."""
+    rng = np.random.default_rng(2)
+    warm = np.array([True, False, True, True, False])
+    by_id = np.hstack([rng.normal(size=(5, D)) * warm[:, None], rng.normal(size=(5, D)) * ~warm[:, None]])
+    placed = np.hstack([np.zeros((5, D)), rng.normal(size=(5, D))])
+    placed[~warm] = by_id[~warm]
+    ids = [f"i{k}" for k in range(5)]
+    export.write_item_embeddings(tmp_path / "folded.parquet", ids, by_id, warm, placed)
+    folded = similarity_vectors(tmp_path / "folded.parquet")
+    assert isinstance(folded, Folded)
+    expected = np.hstack([by_id[:, :D], placed[:, D:]])
+    for rows in (2, 5):
+        np.testing.assert_allclose(np.concatenate(list(folded.chunks(rows))), expected, rtol=1e-6)
+    export.write_item_embeddings(tmp_path / "plain.parquet", ids, by_id, warm)
+    plain = similarity_vectors(tmp_path / "plain.parquet")
+    assert isinstance(plain, ParquetVectors) and plain.column == "embedding"
+    np.testing.assert_allclose(plain.read_all(), by_id, rtol=1e-6)

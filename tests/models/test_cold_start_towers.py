@@ -197,6 +197,14 @@ def test_the_cold_head_scores_items_placed_by_features_with_a_second_user_vector
     # The exported item tower places new items in the second block too.
     got = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "item_tower")
     np.testing.assert_allclose(got, items, rtol=1e-5, atol=1e-6)
+    # Every item placed by its features alone (the folded item-to-item view's second placement): what the exported
+    # tower gives the same features under an id it does not know; a cold item's own vector.
+    placed = model.catalogue_vectors(placed_by_features=True)
+    as_new = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "again",
+                                            ids=np.full(vocab.size - 2, ""))
+    np.testing.assert_allclose(placed, as_new, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(placed[cold], items[cold])
+    assert not placed[:, :6].any() and placed[~cold, 6:].any()
 
 
 def test_the_cold_head_needs_id_dropout():
