@@ -4,7 +4,8 @@
 Every client mistake gets a 4xx with a message, never a 500: a body type other than JSON -> 415 (the form type that
 ``curl -d`` sends is read as JSON, see ``middleware``); bodies above ``Limits.max_body_bytes`` -> 413 (checked before
 parsing, also for chunked bodies); malformed JSON -> 400; wrong types, unknown fields, k out of range, lists
-too long -> 422 (strict pydantic models: "5" is not an int, 5 is not an id); an unknown item for ``/v1/similar`` ->
+too long -> 422 (strict pydantic models: "5" is not an int, 2.0 and true are not ids; an integer id is read as its
+decimal string, as the log readers read integer id columns); an unknown item for ``/v1/similar`` ->
 404. Each request reads ``holder.current`` once, so a hot reload never changes the run under a request. Responses
 name runs and files relative to the model directory, never by absolute path.
 """
@@ -16,7 +17,7 @@ import faiss
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 
 import retrieval
 from retrieval.errors import InputError
@@ -56,9 +57,16 @@ class SimilarResponse(BaseModel):
     run_id: str
 
 
+def _integer_as_id(value):
+    """A JSON integer id as its decimal string (a log's integer id column is read so: ``retrieval.data.readers``);
+    anything else as it came, for the strict string check (a bool is no id)."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def _request_models(limits: Limits) -> tuple[type, type]:
     """Strict request models with the configured limits (so the OpenAPI schema shows them)."""
-    ItemId = Annotated[StrictStr, Field(max_length=limits.max_id_length)]  # noqa: N806 (a type alias)
+    ItemId = Annotated[StrictStr, BeforeValidator(_integer_as_id),  # noqa: N806 (a type alias)
+                       Field(max_length=limits.max_id_length)]
     K = Annotated[StrictInt, Field(ge=1, le=limits.max_k, description="number of items wanted")]  # noqa: N806
 
     class CandidatesRequest(BaseModel):

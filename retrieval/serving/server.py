@@ -15,12 +15,14 @@ the deadline.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
 
 import h11
 import uvicorn
+import uvicorn.config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from retrieval.serving.settings import READ_TIMEOUT_S
@@ -84,11 +86,19 @@ def read_deadline_protocol(read_timeout_s: float) -> type[H11Protocol]:
     return ReadDeadlineProtocol
 
 
+def _logging_config() -> dict:
+    """uvicorn's logging, its access lines on stderr beside every other log line (uvicorn writes them to stdout)."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
+
+
 def uvicorn_config(app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
                    read_timeout_s: float = READ_TIMEOUT_S) -> uvicorn.Config:
-    """The server's uvicorn configuration: h11 with the read deadline, uvicorn's keep-alive timeout."""
+    """The server's uvicorn configuration: h11 with the read deadline, uvicorn's keep-alive timeout, every log line
+    on stderr."""
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="off",
-                          http=read_deadline_protocol(read_timeout_s))
+                          http=read_deadline_protocol(read_timeout_s), log_config=_logging_config())
 
 
 class BackgroundServer:

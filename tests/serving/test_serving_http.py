@@ -120,9 +120,10 @@ def test_similar_model_health_and_openapi(client, model_dir):
     ("/v1/candidates", b'{"k": 0}', 422),
     ("/v1/candidates", b'{"k": -3}', 422),
     ("/v1/candidates", b'{"k": 51}', 422),  # above max_k
-    ("/v1/candidates", b'{"user_id": 17}', 422),  # ids are strings
+    ("/v1/candidates", b'{"user_id": 17.0}', 422),  # ids are strings (or integers)
+    ("/v1/candidates", b'{"user_id": true}', 422),
     ("/v1/candidates", b'{"history": "i1"}', 422),  # a string, not a list
-    ("/v1/candidates", b'{"history": ["i1", 2]}', 422),
+    ("/v1/candidates", b'{"history": ["i1", 2.5]}', 422),
     ("/v1/candidates", json.dumps({"history": ["i1"] * 21}).encode(), 422),  # history too long
     ("/v1/candidates", json.dumps({"exclude": ["i1"] * 21}).encode(), 422),
     ("/v1/candidates", json.dumps({"user_id": "u" * 33}).encode(), 422),  # id too long
@@ -135,6 +136,16 @@ def test_bad_requests_get_4xx_with_a_message(client, path, body, status):
     response = client.post(path, content=body, headers={"content-type": "application/json"})
     assert response.status_code == status
     assert response.json()["error"]
+
+
+def test_integer_ids_are_read_as_their_decimal_strings_as_the_log_readers_read_them():
+    from retrieval.serving.app import _request_models
+    from retrieval.serving.settings import Limits
+
+    candidates, similar = _request_models(Limits())
+    request = candidates.model_validate_json(b'{"user_id": 196, "history": [242, "i2"], "exclude": [7]}')
+    assert (request.user_id, request.history, request.exclude) == ("196", ["242", "i2"], ["7"])
+    assert similar.model_validate_json(b'{"item_id": 288}').item_id == "288"
 
 
 def test_oversized_chunked_body_is_refused_before_parsing(client):
@@ -447,14 +458,38 @@ def test_metrics_count_requests_latency_reloads_and_the_served_version(model_dir
     assert ("retrieval_model_info", (("run", "r1"), ("run_id", "r1"), ("version", "1"))) not in after  # one series
 
 
-def start_serve(run_dir, log, *flags: str) -> tuple[subprocess.Popen, str]:
-    """``pipelines.serve`` on a free port with ``flags``; returns the process and its URL."""
+def start_serve(run_dir, log, *flags: str, stdout=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+    """``pipelines.serve`` on a free port with ``flags`` (``--log_level=warning`` unless given); returns the process
+    and its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", f"--run_dir={run_dir}", f"--port={port}",
-                                "--log_level=warning", *flags], stdout=subprocess.DEVNULL, stderr=log)
+                                "--log_level=warning", *flags], stdout=stdout, stderr=log)
     return process, f"http://127.0.0.1:{port}"
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_every_log_line_of_the_server_goes_to_stderr_its_access_lines_too(model_dir, tmp_path):
+    log, out = (tmp_path / "serve.log").open("w+"), (tmp_path / "serve.out").open("w+")
+    process, url = start_serve(model_dir, log, "--log_level=info", stdout=out)
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy(url):
+            assert time.monotonic() < deadline and process.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        assert httpx.post(url + "/v1/candidates", json={"user_id": "u1", "k": 5}).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    assert '"POST /v1/candidates HTTP/1.1" 200' in (tmp_path / "serve.log").read_text()
+    assert (tmp_path / "serve.out").read_text() == ""
 
 
 def served_versions(url: str) -> dict:
