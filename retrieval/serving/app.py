@@ -39,7 +39,9 @@ class ScoredItem(BaseModel):
 class CandidatesResponse(BaseModel):
     items: list[ScoredItem] = Field(description="best first; model scores, or training counts under fallback")
     fallback: bool = Field(description="true when no history was usable and popular items were returned")
-    history_source: str = Field(description="request, stored (training history of user_id) or none")
+    history_source: str = Field(description="request, stored (training history of user_id), similar (a history "
+                                            "of items added since training only: the items like them in the "
+                                            "item-to-item view, scores correlations) or none")
     history_used: int = Field(description="history items the user tower reads: the max_history most recent of "
                                           "those in effect (every history item is excluded from the candidates)")
     unknown_history: list[str] = Field(description="request history ids the user tower cannot read, ignored: ids "

@@ -6,8 +6,12 @@ run's ``vocab/items.parquet``; for a catalogue refresh's run the trained run's, 
 so histories are looked up there, not in the served catalogue: an item a refresh removed from the catalogue still
 counts in the histories that hold it (stored or requested), as it did before the refresh, and an item a refresh
 added is one the tower cannot read (its exported signature takes ids only, and it never trained on that id): it is
-reported in ``unknown_history`` with the ids nobody knows and not counted in ``history_used``, and a history made
-only of such items is no history (the stored one, else the fallback). A retrain reads it through its row.
+reported in ``unknown_history`` with the ids nobody knows and not counted in ``history_used``. A retrain reads it
+through its row. A history none of whose items the tower reads is no history for the tower (the stored one is read
+instead); when there is no stored one either but the history holds catalogue items and the run has an item-to-item
+index (the cold head's, ``retrieval.index.similar``), the answer is the items nearest to the mean of those items'
+vectors there (``history_source`` "similar", scores correlations): a user whose clicks are all new items gets items
+like them, not the popular ones.
 
 The history in effect, the request history's catalogue items (read or not: the user has them) and the request's
 ``exclude`` ids are never recommended: the index is asked for k + |excluded| neighbours and the excluded ones are
@@ -58,7 +62,7 @@ class Candidates:
     item_ids: np.ndarray
     scores: np.ndarray
     fallback: bool = False
-    history_source: str = "none"  # "request", "stored" or "none"
+    history_source: str = "none"  # "request", "stored", "similar" (the item-to-item view of new items) or "none"
     history_used: int = 0  # history items in effect that the user tower reads
     unknown_history: tuple = ()  # request history ids the user tower cannot read (ignored)
     counts: Optional[np.ndarray] = None  # under the fallback: training interactions of each item
@@ -160,6 +164,8 @@ class CandidateGenerator:
             known = found[found >= 0]
             stored = self.histories.history(rows[i])
             source = "request" if len(known) else ("stored" if len(stored) else "none")
+            if source == "none" and self.index.similar is not None and (listed[i] >= 0).any():
+                source = "similar"
             used.append(known if len(known) else stored)
             sources.append(source)
             given_ids = np.asarray([] if given is None else given, dtype=object)
@@ -174,6 +180,13 @@ class CandidateGenerator:
         if len(encoded):
             neighbours = self._search_users([user_ids[i] for i in encoded], [used[i] for i in encoded], width)
             indices[encoded], scores[encoded] = neighbours.indices, neighbours.scores  # both min(width, N) wide
+        similar = [i for i in range(count) if sources[i] == "similar"]
+        if similar:
+            positions = [self.index.id_map.positions_of(self.index.id_map.ids_of(listed[i][listed[i] >= 0]))
+                         for i in similar]
+            queries = np.stack([self.similar_vectors[p].mean(axis=0) for p in positions])
+            neighbours = self.index.similar.search(queries, width)
+            indices[similar], scores[similar] = neighbours.indices, neighbours.scores
         kept = self._first_k(indices, scores, banned, k)
         # The user tower reads the max_history most recent of them (_search_users): those are the ones in effect.
         return [self._answer(i, s, sources[r], min(len(used[r]), self.max_history), unknown[r])
@@ -202,7 +215,10 @@ class CandidateGenerator:
         users, the vectors folded, ``retrieval.index.similar``), else in its item index."""
         position = self.index.id_map.positions_of([item_id])[0]
         if position < 0:
-            raise UnknownItemError(f"unknown item {item_id!r}", field="item_id")
+            removed = self.vocabulary is not self.index.id_map and self.vocabulary.positions_of([item_id])[0] >= 0
+            raise UnknownItemError(f"item {item_id!r} is not in the served catalogue (a catalogue refresh removed it; "
+                                   "histories still read it)" if removed else f"unknown item {item_id!r}",
+                                   field="item_id")
         index = self.index if self.index.similar is None else self.index.similar
         neighbours = index.search(self.similar_vectors[position], k + 1)
         (indices, scores), = self._first_k(neighbours.indices, neighbours.scores,

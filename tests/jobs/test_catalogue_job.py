@@ -115,6 +115,14 @@ def test_refresh_publishes_new_items_without_retraining(trained, catalogue_dir, 
     generator = CandidateGenerator.from_run(model_dir)
     assert "new3" in generator.index.id_map.item_ids and table["item_id"].iloc[0] not in generator.index.id_map.item_ids
     assert len(generator.similar("new3", k=3).item_ids) == 3
+    # A history of new items only (none the user tower reads): items like them in the item-to-item view, not the
+    # popular ones, the new items themselves never among them.
+    answer = generator.recommend(history=["new3", "new4"], k=10)
+    popular = generator.recommend(history=["nobody"], k=10)
+    assert (answer.history_source, answer.fallback, answer.history_used) == ("similar", False, 0)
+    assert answer.unknown_history == ("new3", "new4") and popular.fallback
+    assert not {"new3", "new4"} & set(answer.item_ids) and list(answer.item_ids) != list(popular.item_ids)
+    np.testing.assert_allclose(answer.scores, np.sort(answer.scores)[::-1])
 
 
 def test_a_new_copy_of_a_known_item_finds_it_among_its_neighbours(trained, catalogue_dir, tmp_path):

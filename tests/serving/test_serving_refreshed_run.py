@@ -10,7 +10,7 @@ import pytest
 from retrieval.artifacts import RunPaths
 from retrieval.data.vocab import NUM_RESERVED, OOV, PAD, Vocabulary
 from retrieval.export import read_item_embeddings, write_item_embeddings
-from retrieval.serving import CandidateGenerator
+from retrieval.serving import CandidateGenerator, UnknownItemError
 from retrieval.serving.canary import Canary
 from retrieval.serving.demo_run import write_demo_run
 
@@ -75,6 +75,10 @@ def test_a_new_item_in_a_request_history_is_reported_unused_and_changes_nothing(
     gone = refreshed.recommend(history=[removed], k=5)
     assert (gone.history_source, gone.history_used, gone.unknown_history) == ("request", 1, ())
     assert removed not in gone.item_ids
+    with pytest.raises(UnknownItemError, match="a catalogue refresh removed it"):  # not "unknown": the tower reads it
+        refreshed.similar(removed)
+    with pytest.raises(UnknownItemError, match="unknown item 'nope'"):
+        refreshed.similar("nope")
 
 
 def test_the_index_self_check_queries_read_histories_as_serving_does(runs, monkeypatch):
