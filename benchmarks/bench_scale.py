@@ -82,11 +82,11 @@ def _stage(stage: str, work: Path, rows: int, items: int) -> dict:
                           for name, m in markers.items()}}
     else:  # prepare_in_memory (one partition, this process) or prepare_dask_<workers> (streamed, on a local cluster)
         from retrieval.data import engine as engine_lib
-        from retrieval.data import prepare
+        from retrieval.data import handoff, prepare
 
         workers = int(stage.rsplit("_", 1)[1]) if stage.startswith("prepare_dask") else 0
         config = _config(log, rows, "dask", workers) if workers else _config(log, rows)
-        settings = prepare.Settings.from_config(config, work / f"run_{stage}", num_shards=None if workers else 1)
+        settings = handoff.settings_of(config, work / f"run_{stage}", num_shards=None if workers else 1)
         with engine_lib.open_engine("dask" if workers else "embedded", workers=max(workers, 1)) as engine:
             summary = prepare.run(settings, engine, "auto")
         out = {"rows": summary.train_interactions + summary.test_interactions, "examples": summary.examples["count"]}

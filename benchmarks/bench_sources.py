@@ -51,7 +51,7 @@ def _config(log: str, settings: dict):
 
 def prepare_once(work: Path, smoke: bool) -> str:
     """The prepared run directory (shards, vocabularies) both sides train from; the log, or a synthetic one."""
-    from retrieval.data import prepare, synthetic
+    from retrieval.data import handoff, prepare, synthetic
     from retrieval.data.engine import Embedded
 
     settings = SMOKE if smoke else FULL
@@ -61,7 +61,7 @@ def prepare_once(work: Path, smoke: bool) -> str:
         log = work / "log.csv"
         frame.to_csv(log, index=False)
     config = _config(str(log), settings)
-    prepare.run(prepare.Settings.from_config(config, work / "run"), Embedded(), "auto")
+    prepare.run(handoff.settings_of(config, work / "run"), Embedded(), "auto")
     return str(log)
 
 

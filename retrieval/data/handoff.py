@@ -24,6 +24,32 @@ from retrieval.data import order as order_lib
 from retrieval.data.vocab import Vocabulary
 
 
+def tuning_fraction(config: ml_collections.ConfigDict) -> float:
+    """``train.validation_fraction`` when the run holds out validation data itself: early stopping is on
+    (``train.early_stopping_patience`` > 0) and the config gives no validation data; else 0."""
+    t = config.get("train")
+    if t is None or t.early_stopping_patience <= 0 or prepare.has_validation_data(config.data):
+        return 0.0
+    return float(t.validation_fraction)
+
+
+def training_needs(config: ml_collections.ConfigDict) -> prepare.TrainingNeeds:
+    """What the prepare stage needs of a run's model and training (its own settings come from ``config.data``):
+    Item2Vec reads the interaction table, a two-tower model examples of its history length, with their age when its
+    user tower reads it, and an automatic holdout when it early-stops without validation data."""
+    if config.model_type == "item2vec":
+        return prepare.TrainingNeeds(prepare.NO_EXAMPLES, int(config.seed))
+    model = config.model
+    return prepare.TrainingNeeds(prepare.NEXT_ITEM, int(config.seed), int(model.max_history),
+                                 bool(model.user_tower.use_example_age), tuning_fraction(config))
+
+
+def settings_of(config: ml_collections.ConfigDict, run_dir: str | Path,
+                num_shards: Optional[int] = None) -> prepare.Settings:
+    """The prepare stage's settings of a run's whole config: ``config.data`` and its :func:`training_needs`."""
+    return prepare.Settings.from_data(config.data, run_dir, training_needs(config), num_shards)
+
+
 @dataclasses.dataclass(frozen=True)
 class PrepareSpec:
     """One prepare stage: the tasks' settings, the order asked for (``data.order``), the engine the tasks run on
@@ -41,7 +67,7 @@ class PrepareSpec:
     def from_config(cls, config: ml_collections.ConfigDict, run_dir: str | Path,
                     warm_start: Optional[artifacts.RunPaths] = None) -> PrepareSpec:
         d = config.data
-        return cls(prepare.Settings.from_config(config, run_dir), d.order, d.engine, d.engine_address,
+        return cls(settings_of(config, run_dir), d.order, d.engine, d.engine_address,
                    d.engine_workers, d.engine_timeout_s, warm_start)
 
     def run(self) -> prepare.Prepared:

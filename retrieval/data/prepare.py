@@ -67,6 +67,18 @@ def streamed(data: ml_collections.ConfigDict) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrainingNeeds:
+    """What the data stage needs to know of the model and its training, which it does not read itself (the hand-off
+    reads them from ``config.model``, ``config.train`` and the model type: ``retrieval.data.handoff``)."""
+
+    examples: str = NEXT_ITEM  # NEXT_ITEM (two-tower: next-item or set examples, by the order) or NO_EXAMPLES
+    seed: int = 0
+    max_history: int = 50  # the examples' history length
+    example_age: bool = False  # the examples carry their age (model.user_tower.use_example_age)
+    tuning_fraction: float = 0.0  # > 0: hold out this share of each user's training items for early stopping
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything a task needs (picklable: tasks may run in other processes)."""
 
@@ -96,10 +108,12 @@ class Settings:
     cold_item_fraction: float = 0.0  # data.cold_item_fraction (catalogue.cold_holdout)
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict, run_dir: str | Path,
-                    num_shards: Optional[int] = None) -> Settings:
-        """The settings of ``config``; ``num_shards`` defaults to ``data.num_shards`` when streamed, else 1."""
-        d = config.data
+    def from_data(cls, data: ml_collections.ConfigDict, run_dir: str | Path, needs: TrainingNeeds,
+                  num_shards: Optional[int] = None) -> Settings:
+        """The settings of a run's ``config.data`` and what its training needs of the data (``needs``, which the
+        hand-off reads from the rest of the config: ``retrieval.data.handoff.settings_of``); ``num_shards`` defaults
+        to ``data.num_shards`` when streamed, else 1."""
+        d = data
         if d.split not in SPLITS:
             raise InputError(f"unknown split {d.split!r}; expected one of {SPLITS}", field="data.split")
         sources = [("train", str(d.train_path))]
@@ -111,15 +125,13 @@ class Settings:
                 sources.append(("validation", str(d.validation_path)))
         if num_shards is None:
             num_shards = int(d.num_shards) if streamed(d) else 1
-        model = config.get("model")
         columns = readers.ColumnNames(user=d.user_column, item=d.item_column, timestamp=d.timestamp_column or None)
-        examples = NO_EXAMPLES if config.model_type == "item2vec" else NEXT_ITEM
+        examples = needs.examples
         return cls(tuple(sources), d.format, columns, str(run_dir), int(num_shards), d.split, int(d.holdout_n),
                    bool(d.validation), float(d.holdout_fraction), float(d.temporal_quantile), d.unknown_policy,
-                   int(d.min_item_count), int(config.seed), int(model.max_history) if model else 50,
-                   bool(model and model.get("user_tower") and model.user_tower.use_example_age),
+                   int(d.min_item_count), needs.seed, needs.max_history, needs.example_age,
                    d.max_examples_per_user or None, examples,
-                   tuning_fraction(config) if examples != NO_EXAMPLES else 0.0,
+                   needs.tuning_fraction if examples != NO_EXAMPLES else 0.0,
                    item_features_path=str(d.item_features_path), item_features=str(d.item_features),
                    catalogue_from_table=bool(d.item_features_path) and d.catalogue == "item_features"
                    and examples != NO_EXAMPLES,
@@ -176,15 +188,6 @@ def has_validation_data(data: ml_collections.ConfigDict) -> bool:
     """Whether the config gives validation data: a validation file, or leave_last_n's validation part."""
     return bool(data.split == "files" and data.validation_path) or bool(data.split == "leave_last_n"
                                                                        and data.validation)
-
-
-def tuning_fraction(config: ml_collections.ConfigDict) -> float:
-    """``train.validation_fraction`` when the run holds out validation data itself: early stopping is on
-    (``train.early_stopping_patience`` > 0) and the config gives no validation data; else 0."""
-    t = config.get("train")
-    if t is None or t.early_stopping_patience <= 0 or has_validation_data(config.data):
-        return 0.0
-    return float(t.validation_fraction)
 
 
 def examples_dir(paths: artifacts.RunPaths, tuning: bool = False) -> Path:

@@ -16,7 +16,7 @@ from configs.base import override
 from configs.two_tower import get_config
 from retrieval.artifacts import RunPaths
 from retrieval.data import examples as examples_lib
-from retrieval.data import prepare, synthetic
+from retrieval.data import handoff, prepare, synthetic
 from retrieval.data.engine import Embedded, open_engine
 from retrieval.errors import InputError
 
@@ -82,7 +82,7 @@ def _config(logs: dict, fmt: str, split: str, order: str):
 
 
 def _prepared(config, directory: Path, shards: int, engine) -> tuple:
-    summary = prepare.run(prepare.Settings.from_config(config, directory, num_shards=shards), engine,
+    summary = prepare.run(handoff.settings_of(config, directory, num_shards=shards), engine,
                           config.data.order).as_dict()
     paths = RunPaths(directory)
     tables = {name: _rows(getattr(paths, name)) for name in ("train_data", "test_data", "validation_data")}
@@ -116,7 +116,7 @@ def test_every_path_gives_the_same_data(logs, dask_engine, tmp_path, fmt, split,
 def test_streamed_and_in_memory_sources_hold_the_same_examples(logs, tmp_path):
     """The shards streamed from disk and the same shards loaded into memory: the same examples, any partition count."""
     config = _config(logs, "csv", "leave_last_n", "time")
-    prepare.run(prepare.Settings.from_config(config, tmp_path, num_shards=3), Embedded(), "time")
+    prepare.run(handoff.settings_of(config, tmp_path, num_shards=3), Embedded(), "time")
     streamed = prepare.load_examples(RunPaths(tmp_path), in_memory=False, max_history=4)
     held = prepare.load_examples(RunPaths(tmp_path), in_memory=True, max_history=4)
     assert isinstance(held, examples_lib.NextItemExamples) and len(streamed) == len(held)
@@ -127,7 +127,7 @@ def test_streamed_and_in_memory_sources_hold_the_same_examples(logs, tmp_path):
 def _answer(config, directory: Path, shards: int):
     """What a path answers: the prepared counts, or the error's one line."""
     try:
-        summary = prepare.run(prepare.Settings.from_config(config, directory, num_shards=shards), Embedded(),
+        summary = prepare.run(handoff.settings_of(config, directory, num_shards=shards), Embedded(),
                               config.data.order).as_dict()
         return {k: v for k, v in summary.items() if k != "examples"}
     except InputError as e:
@@ -211,10 +211,10 @@ def test_a_silent_unreachable_or_malformed_dask_address_fails_within_the_timeout
 def test_split_files_and_every_format_stream_in_the_job_settings(logs, tmp_path):
     """Nothing is refused under data.streaming=on: files split, user_items format, set order, Item2Vec."""
     config = override(_config(logs, "user_items", "files", "none"), {"data.streaming": "on", "data.num_shards": 4})
-    settings = prepare.Settings.from_config(config, tmp_path)
+    settings = handoff.settings_of(config, tmp_path)
     assert settings.num_shards == 4 and [part for part, _ in settings.sources] == ["train", "test", "validation"]
     config.model_type = "item2vec"
-    assert prepare.Settings.from_config(config, tmp_path).examples == prepare.NO_EXAMPLES
+    assert handoff.settings_of(config, tmp_path).examples == prepare.NO_EXAMPLES
 
 
 def test_the_holdout_is_keyed_per_user(logs):

@@ -10,7 +10,7 @@ import pytest
 from configs.base import override
 from configs.two_tower import get_config
 from retrieval.artifacts import RunPaths, write_json
-from retrieval.data import prepare, synthetic
+from retrieval.data import handoff, prepare, synthetic
 from retrieval.data.engine import Embedded
 from retrieval.data.set_examples import BLOCK_ROWS, SetExamples, SetShards, write_set_shard
 from retrieval.data.shards import ExampleShards
@@ -29,7 +29,7 @@ def log(tmp_path_factory) -> Path:
 
 def run(path: Path, run_dir: Path, order: str = "auto", **extra) -> dict:
     config = override(get_config(), {"data.train_path": str(path), "model.max_history": 6, **extra})
-    return prepare.run(prepare.Settings.from_config(config, run_dir, num_shards=3), Embedded(), order).as_dict()
+    return prepare.run(handoff.settings_of(config, run_dir, num_shards=3), Embedded(), order).as_dict()
 
 
 def test_set_data_writes_pair_shards_whose_histories_are_drawn_per_epoch(log, tmp_path):

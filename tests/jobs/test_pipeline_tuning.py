@@ -62,8 +62,8 @@ def test_sets_hold_out_a_random_share_and_a_given_validation_file_turns_it_off(l
     assert summary["refit"] is False and summary["steps"] == summary["tuning"]["steps"]
 
     config = make_config(log_path, **{**TUNING, "data.validation": True})
-    assert prepare.tuning_fraction(config) == 0.0  # leave_last_n's own validation part is used instead
-    assert prepare.tuning_fraction(make_config(log_path, **{**TUNING, "train.early_stopping_patience": 0})) == 0.0
+    assert handoff.tuning_fraction(config) == 0.0  # leave_last_n's own validation part is used instead
+    assert handoff.tuning_fraction(make_config(log_path, **{**TUNING, "train.early_stopping_patience": 0})) == 0.0
 
 
 def _model_weights(directory) -> dict:
