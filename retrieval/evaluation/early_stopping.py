@@ -33,11 +33,10 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
     warm = item_vocab.warm[NUM_RESERVED:]
     data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:][warm])
     if not warm.all():
-        logging.info("early stopping: validation recall@%d among the %d items with interactions in the pairs this "
-                     "model trains on, as the headline (%d cold items left out, and %d validation pairs with an item "
-                     "outside them; with an automatic holdout these are fewer warm items than the catalogue's count: "
-                     "an item clicked only in the holdout is cold here)", k, int(warm.sum()), int((~warm).sum()),
-                     data.counts["count/test_interactions_unknown_item"])
+        pairs = int(data.counts["count/test_interactions_unknown_item"])
+        logging.info("early stopping: recall@%d among the %d items this model trains on, as the headline (%d cold "
+                     "items and %d validation pair%s left out; an item clicked only in the holdout is cold here)", k,
+                     int(warm.sum()), int((~warm).sum()), pairs, "" if pairs == 1 else "s")
     rows = np.flatnonzero(data.test.lengths > 0)
     users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
     # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.

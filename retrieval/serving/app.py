@@ -131,8 +131,9 @@ def create_app(holder: GeneratorHolder, limits: Limits = Limits(), faiss_threads
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-                  for e in exc.errors()]
+        errors = [{"loc": list(e.get("loc", ())), "type": e.get("type", ""),
+                   "msg": e.get("msg", "") + (" (an id: a string, or an integer)" if e.get("type") == "string_type"
+                                              else "")} for e in exc.errors()]
         malformed = any(e["type"] == "json_invalid" for e in errors)
         message = "malformed JSON: send one JSON object" if malformed else "invalid request"
         return JSONResponse({"error": message, "detail": errors}, status_code=400 if malformed else 422)

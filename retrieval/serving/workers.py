@@ -182,9 +182,10 @@ def serve(settings: ServeSettings, workers: int = 1) -> None:
         raise InputError(f"need at least one worker, got {workers}", field="workers")
     if workers == 1:
         holder = load_holder(settings)
+        sock = bind(settings.host, settings.port)  # bound here, so the line below names the port --port=0 got
         logging.info("serving %s (version %s) on http://%s:%d", holder.target, holder.current.version,
-                     settings.host, settings.port)
-        _run_server(settings, holder)
+                     settings.host, sock.getsockname()[1])
+        _run_server(settings, holder, [sock])
         return
 
     sock = bind(settings.host, settings.port)

@@ -138,6 +138,13 @@ def test_bad_requests_get_4xx_with_a_message(client, path, body, status):
     assert response.json()["error"]
 
 
+def test_a_non_string_id_is_told_what_an_id_may_be(client):
+    response = client.post("/v1/candidates", json={"user_id": 17.0})
+    assert response.status_code == 422
+    assert [e["msg"] for e in response.json()["detail"]] == [
+        "Input should be a valid string (an id: a string, or an integer)"]
+
+
 def test_integer_ids_are_read_as_their_decimal_strings_as_the_log_readers_read_them():
     from retrieval.serving.app import _request_models
     from retrieval.serving.settings import Limits
@@ -474,6 +481,25 @@ def healthy(url: str) -> bool:
         return httpx.get(url + "/healthz").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_with_port_0_the_start_up_line_names_the_port_the_server_listens_on(model_dir, tmp_path):
+    log = (tmp_path / "serve.log").open("w+")
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", f"--run_dir={model_dir}", "--port=0"],
+                               stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline, found = time.monotonic() + 120, None
+        while found is None:
+            assert time.monotonic() < deadline and process.poll() is None, (tmp_path / "serve.log").read_text()
+            found = re.search(r"serving .* on (http://127\.0\.0\.1:(\d+))", (tmp_path / "serve.log").read_text())
+            time.sleep(0.2)
+        assert int(found.group(2)) > 0
+        while not healthy(found.group(1)):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 def test_every_log_line_of_the_server_goes_to_stderr_its_access_lines_too(model_dir, tmp_path):
