@@ -115,8 +115,8 @@ TRAIN = Section("train", (
     Key("variant_min_gain", 0.02, number(0, 1),
         "A variant replaces the towers kept so far only when its validation metric is higher by more than this "
         "fraction of theirs: a near tie keeps the earlier, simpler towers, so the choice does not flip between "
-        "machines on a difference the holdout cannot resolve (the bundled data's: the self-attentive tower 0.3023, the "
-        "softer towers 0.3057)."),
+        'machines on a difference the holdout cannot resolve (measured: docs/objectives.md, "Measurements behind the '
+        'keys").'),
     Key("time_budget_s", 0.0, number(0, 7 * 86_400),
         "Seconds the whole run should take (0: no budget, train.epochs epochs): the baselines are tuned before training "
         "and the rest of the run is estimated, then training measures its first epoch and takes as many epochs as the "

@@ -102,17 +102,15 @@ MODEL = Section("model", (
     Key("inference_history", 200, integer(0, 10 * MAX_HISTORY),
         "Set data only (data.order=none): the longest history at inference (validation, evaluation, recommend, serving; "
         "the exported encoder's cap). Training draws random subsets of at most max_history items; inference pools more "
-        "of the set, a lower-variance view of the same user (set-splits/ml-1m validation recall@20, same weights: "
-        "0.2601 at 50, 0.2621 at 100, 0.2628 at 200, 0.2629 at 400). Sequences always infer from the most recent "
-        "max_history items, as they were trained. 0: max_history."),
+        "of the set, a lower-variance view of the same user (measured: docs/objectives.md, \"Measurements behind the "
+        "keys\"). Sequences always infer from the most recent max_history items, as they were trained. 0: "
+        "max_history."),
     Key("inference_part_size", 0, integer(0, MAX_HISTORY),
         "Set data only: at inference, a history of more than this many items is dealt into parts of at most this many, "
         "and the user vector averages the parts' vectors (TwoTowerModel.user_vectors): the tower then pools histories "
         "of the size it was trained on. 0: the expected size of a training draw, max_history * data.history_keep; a "
-        "value >= inference_history pools the whole history at once. On a 20% per-user holdout of set-splits/ml-1m's "
-        "train + valid, the same weights rank at recall@20 0.2463 (NDCG@20 0.2611) in parts of 25, against 0.2425 "
-        "(0.2514) pooled whole; the gain is on users with 50+ items, where one pool of all items lost to EASE^R. Parts "
-        "of 15 and 50 measured 0.2454 and 0.2445."),
+        "value >= inference_history pools the whole history at once (measured: docs/objectives.md, \"Measurements "
+        "behind the keys\")."),
     Key("seed", 42, SEED,
         "Seed of the initialisers and samplers (the pipelines set it from the top-level `seed`)."),
     Key("item_tower.id_embedding_dim", 64, DIM,
@@ -197,13 +195,10 @@ MODEL = Section("model", (
         'with sampler "unigram" it demotes popular items by their noise probability (a popularity debias you choose '
         "through distortion). sampled_logistic: NCE with the positive removed from the negatives: score -> log-odds "
         "log(P / (1 - P)). full_logistic: every item a binary negative (exact log-odds; the reference of the family; "
-        "small catalogues). Which (benchmarks/bench_objectives.py, equal training time, ml-1m set split and Beauty "
-        "leave-last-one-out): for top-k ranking, in-batch negatives win and the loss matters less: in_batch softmax, "
-        'nce and sampled_logistic with negatives="in_batch" are within each other\'s 95% intervals (recall@20 '
-        "0.229-0.233 on ml-1m, 0.115-0.119 on Beauty); the sampled variants trail by ~0.01 on ml-1m. Pick nce when the "
-        "score itself must mean something (log P), negative_sampling only to trade recall for the tail (ml-1m: tail "
-        "share 0.17 vs 0.02, recall 0.18 vs 0.23), the full_* objectives only for small catalogues (few steps per "
-        "second)."),
+        "small catalogues). Which: for top-k ranking, in-batch negatives win and the loss matters less; pick nce when "
+        "the score itself must mean something (log P), negative_sampling only to trade recall for the tail, the full_* "
+        'objectives only for small catalogues (few steps per second); measured: docs/objectives.md, "Measurements '
+        'behind the keys".'),
     Key("objective.negatives", "sampled", one_of(NEGATIVES),
         'nce / negative_sampling / sampled_logistic only: where the negatives come from. "sampled": num_negatives drawn '
         'by `sampler` (Q = its expected counts). "in_batch": the other positives of the batch are the noise (free: no '
