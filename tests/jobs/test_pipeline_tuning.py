@@ -84,7 +84,7 @@ def test_the_large_catalogue_schedule_replaces_its_namesakes_from_its_size_on(lo
     assert {key: effective.train[key] for key in large} == large.to_dict()
     assert effective.train.epochs == 12 != config.train.epochs == 6  # the given config is left as it was
     assert note.startswith("large catalogue (100 items >= train.large_catalogue_items 100): train.")
-    assert "train.epochs=12" in note and "train.refit_epochs=2" in note
+    assert "train.epochs=12" in note and f"train.refit_epochs={large.refit_epochs}" in note
     assert effective.model == config.model and effective.train.batch_size == config.train.batch_size
     never = make_config(log_path, **{**TUNING, "train.large_catalogue_items": 0})
     assert tuning.for_catalogue(never, 10**9) == (never, None)
