@@ -100,6 +100,11 @@ TRAIN = Section("train", (
         "again with it only when the run's tuned RP3beta reads a higher validation recall than their best epoch; the "
         "better of the two on the holdout is kept, and the refit follows it (retrieval/jobs/tuning.py, tune; needs the "
         "automatic holdout, else no teacher)."),
+    Key("teacher_probe_epochs", 0, integer(0, MAX_EPOCHS),
+        'With train.teacher_when = "item_item_leads": N > 0 makes the first tuning a probe, which gives up after its '
+        "epoch N when the towers read below 0.9 x the tuned RP3beta's validation recall there, and the towers are "
+        "tuned with the teacher at once (kept: the probe is not a finished tuning to compare with); 0: the first "
+        "tuning runs to its end (retrieval/jobs/tuning.py, PROBE_SHARE)."),
     Key("teacher_variant", "", one_of(("",) + VARIANTS),
         'With train.teacher_when = "item_item_leads": a variant of train.variants\' registry the towers tuned with the '
         'teacher also take ("user_ids": a user-id embedding, which with the teacher lifted Gowalla\'s holdout above '
@@ -135,6 +140,7 @@ TRAIN = Section("train", (
     Key("large_catalogue.eval_max_users", 10_000, integer(0, COUNT)),
     Key("large_catalogue.refit_epochs", 2, integer(0, MAX_EPOCHS)),
     Key("large_catalogue.time_budget_s", 0.0, number(0, 7 * 86_400)),
+    Key("large_catalogue.teacher_probe_epochs", 3, integer(0, MAX_EPOCHS)),
     Key("eval_metric_name", "val_recall", text(nonempty=True),
         "Name under which the validation metric is logged (Keras logs, TensorBoard)."),
     Key("eval_k", 20, integer(1, MAX_K),

@@ -233,6 +233,34 @@ class EvaluateCallback(tf.keras.callbacks.Callback):
 
 
 @dataclasses.dataclass(frozen=True)
+class StopBelow:
+    """A probe of a training's promise: stop once epoch ``epoch`` (from 1) was evaluated below ``floor``."""
+
+    epoch: int
+    floor: float
+
+
+class StopBelowCallback(tf.keras.callbacks.Callback):
+    """Stops training at the end of the first epoch at or after ``rule.epoch`` when the validation metric ``name`` of
+    epoch ``rule.epoch`` was below ``rule.floor``. The score comes from ``early``'s scores when it keeps them across a
+    resume (``ResumableEarlyStopping``), so a run resumed after that epoch stops at its next epoch's end on the same
+    score. Must run after the validation (``EvaluateCallback``) and after ``early``."""
+
+    def __init__(self, rule: StopBelow, name: str, early: Optional[tf.keras.callbacks.EarlyStopping]):
+        super().__init__()
+        self.rule, self.name, self.early = rule, name, early
+        self.seen: dict[int, float] = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None and self.name in logs:
+            self.seen[epoch + 1] = float(logs[self.name])
+        scores = dict(getattr(self.early, "scores", ())) | self.seen
+        score = scores.get(self.rule.epoch)
+        if epoch + 1 >= self.rule.epoch and score is not None and score < self.rule.floor:
+            self.model.stop_training = True
+
+
+@dataclasses.dataclass(frozen=True)
 class EpochTime:
     """The first epoch's wall time (``seconds``, its validation included) and its validation's alone."""
 
@@ -400,7 +428,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         checkpoint_dir: Optional[PathLike] = None, tensorboard_dir: Optional[PathLike] = None,
         evaluate_fn: Optional[Callable[[], float]] = None,
         validation_examples: Optional[Mapping[str, np.ndarray]] = None,
-        plan_epochs: Optional[Callable[[EpochTime], int]] = None, phase: str = "") -> FitResult:
+        plan_epochs: Optional[Callable[[EpochTime], int]] = None, phase: str = "",
+        stop_below: Optional[StopBelow] = None) -> FitResult:
     """Trains ``model`` on next-item ``examples`` (``retrieval.data.examples.next_item_examples``), set examples
     (``retrieval.data.set_examples.SetExamples``) or streamed example shards (``retrieval.data.shards``), resuming
     from the latest checkpoint in ``checkpoint_dir`` if there is one.
@@ -419,6 +448,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
         ``retrieval.jobs.budget``), at most ``config.epochs``; the cosine spans it (``PlanEpochs``). The decision is
         kept in ``checkpoint_dir`` (:data:`PLAN_RECORD`), and a resumed run trains to it.
       phase: a name the epoch lines start with (e.g. ``tuning``, ``refit``), so each ETA says what it is the ETA of.
+      stop_below: stop after its epoch when the validation metric is below its floor (``StopBelowCallback``; needs
+        ``evaluate_fn``): a probe that gives up a training that will not reach a known score.
 
     Returns:
       A ``FitResult``; the model holds the final (or, after early stopping, the best) weights.
@@ -499,6 +530,8 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
                                                          patience=config.early_stopping_patience,
                                                          restore_best_weights=True, start_from_epoch=warmup_epochs)
                 callbacks.append(early)
+        if stop_below is not None and evaluate_fn is not None:
+            callbacks.append(StopBelowCallback(stop_below, config.eval_metric_name, early))
         progress = ProgressLogger(config.log_every_steps, config.batch_size, total_steps, log_dir, steps_per_epoch,
                                   early, phase)
         callbacks.append(progress)

@@ -158,6 +158,37 @@ def test_a_run_killed_mid_tuning_stops_and_keeps_what_the_uninterrupted_run_does
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("floor, epochs", [(0.45, 2), (0.35, 5)])
+def test_a_probe_stops_after_its_epoch_below_its_floor_and_a_resumed_run_on_the_same_score(data, tmp_path, floor,
+                                                                                          epochs):
+    """stop_below (the teacher's probe): the run stops after epoch 2 when epoch 2 read below the floor, else trains
+    on; killed after epoch 2's checkpoint before the probe looked, a resumed run stops at its next epoch's end on
+    epoch 2's kept score."""
+    items, users, examples = data
+    curve = [0.3, 0.4, 0.5, 0.6, 0.7]
+
+    def run(directory, crash_at=None, probe=True):
+        model = build_model(model_config(), items, users)
+
+        def evaluate():
+            epoch = int(model.optimizer.iterations.numpy()) // 6  # 6 steps per epoch
+            if epoch == crash_at:
+                raise KeyboardInterrupt  # after epoch 2's checkpoint, before epoch 3's evaluation
+            return curve[epoch - 1]
+
+        config = train_config(epochs=5, early_stopping_patience=3)
+        return training.fit(model, examples, config, checkpoint_dir=directory, evaluate_fn=evaluate,
+                            stop_below=training.StopBelow(2, floor) if probe else None)
+
+    result = run(tmp_path / "full")
+    assert result.history["val_recall"] == curve[:epochs] and result.step == 6 * epochs
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed", crash_at=3, probe=False)
+    resumed = run(tmp_path / "killed")
+    assert resumed.history["val_recall"][:2] == curve[:2]
+    assert len(resumed.history["val_recall"]) == (3 if epochs == 2 else 5)  # one epoch past the probe at most
+
+
 def test_the_epochs_inside_the_warmup_are_not_watched_by_early_stopping_nor_after_a_resume(data, tmp_path):
     """Warmup 12 steps at 6 steps per epoch: epochs 1-2 end inside it (Keras's start_from_epoch=2), so their scores
     are recorded but neither the best nor the patience (without the rule the first epoch's 0.6 would be kept and

@@ -37,7 +37,7 @@ from retrieval.jobs import variants as variants_lib
 from retrieval.jobs import warm_start as warm_start_lib
 
 if TYPE_CHECKING:  # TensorFlow loads only when training runs
-    from retrieval.training import FitResult
+    from retrieval.training import FitResult, StopBelow
 
 PHASES = ("final", "tuning", "refit")  # the configured run; on the training data minus the holdout; after tuning
 
@@ -113,7 +113,10 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     record says which (``teacher``, ``teacher_trial``); the refit and the export follow it (``_choice``). So the
     teacher costs a second tuning only where an item-item walk leads, and is kept only where it wins on the holdout
     (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta leads; -0.001 on Yelp2018, where it does
-    not). Then each of ``train.variants`` is tuned too where the first tuning was cheap (``_try_variants``)."""
+    not). With ``train.teacher_probe_epochs`` (the large-catalogue schedule's 3), the first tuning is a probe: when
+    its validation recall at that epoch is below ``PROBE_SHARE`` of RP3beta's, it stops there and the tuning with the
+    teacher follows and is kept, which saves the rest of a tuning whose outcome the probe foretells. Then each of
+    ``train.variants`` is tuned too where the first tuning was cheap (``_try_variants``)."""
     if run.data.holdout is None:
         return None, None
     record = run.tuning_checkpoints / "record.json"
@@ -125,29 +128,41 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
                  f", then the variant{'s' * (len(suited) > 1)} {', '.join(suited)} if it takes at most "
                  f"{t.variant_budget_s:g} s" if suited else "", "a refit on all training data" if t.refit else "no refit")
     configured = Choice(_teacher_always(run), run.tuning_checkpoints)
-    tuned, model = _tune_variant(run, configured)
+    teacher_rule = (t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set
+                    and not run.data.streamed)
+    probe = _probe(run) if teacher_rule else None
+    tuned, model = _tune_variant(run, configured, probe)
     tuned["teacher"] = configured.teacher
     first_seconds = tuned.get("seconds", 0.0)
-    if t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set and not run.data.streamed:
-        rp3beta = _rp3beta_validation(run)
-        if rp3beta is not None and rp3beta > tuned["best_metric"]:
+    rp3beta = _rp3beta_validation(run) if teacher_rule else None
+    probed = _probe_score(run, tuned, probe) if probe is not None else None
+    gave_up = probed is not None and probed < probe.floor
+    if rp3beta is not None and (gave_up or rp3beta > tuned["best_metric"]):
+        if gave_up:
+            logging.info("teacher: the towers read %s %.4f at epoch %d, below %.2f x the tuned RP3beta's %.4f: their "
+                         "tuning stops there and they are tuned again with its top %d items per user%s",
+                         t.eval_metric_name, probed, probe.epoch, PROBE_SHARE, rp3beta, t.teacher_items,
+                         _teacher_variant_note(run))
+        else:
             logging.info("teacher: the tuned RP3beta reads %s %.4f on the holdout, above the towers' %.4f: tuning "
                          "them again with its top %d items per user%s", t.eval_metric_name, rp3beta,
-                         tuned["best_metric"], t.teacher_items,
-                         f" and variant {variants_lib.describe(run.config, t.teacher_variant, run.data)}" if t.teacher_variant
-                         else "")
-            variant = t.teacher_variant or None
-            taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR, variant))
-            trial = {"rp3beta": rp3beta, "without": tuned["best_metric"], "with": taught["best_metric"],
-                     "kept": bool(taught["best_metric"] > tuned["best_metric"]), "variant": variant}
-            logging.info("teacher: %s on the holdout (%.4f with it, %.4f without)",
-                         "kept" if trial["kept"] else "not kept", trial["with"], trial["without"])
-            if trial["kept"]:
-                tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR, "variant": variant}, taught_model
-            tuned["teacher_trial"] = trial
-        elif rp3beta is not None:
-            logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
-                         t.eval_metric_name, tuned["best_metric"], rp3beta)
+                         tuned["best_metric"], t.teacher_items, _teacher_variant_note(run))
+        variant = t.teacher_variant or None
+        taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR, variant))
+        trial = {"rp3beta": rp3beta, "without": tuned["best_metric"], "with": taught["best_metric"],
+                 "kept": bool(gave_up or taught["best_metric"] > tuned["best_metric"]), "variant": variant,
+                 "probe": {"epoch": probe.epoch, "floor": probe.floor, "gave_up": gave_up} if probe else None}
+        logging.info("teacher: %s on the holdout (%.4f with it, %.4f without%s)",
+                     "kept" if trial["kept"] else "not kept", trial["with"], trial["without"],
+                     f" after the probe's {probe.epoch} epochs" if gave_up else "")
+        if trial["kept"]:
+            tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR, "variant": variant}, taught_model
+        tuned["teacher_trial"] = trial
+        if gave_up:  # the probe's epochs do not say what a whole tuning costs (train.variant_budget_s)
+            first_seconds = taught.get("seconds", first_seconds)
+    elif rp3beta is not None:
+        logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
+                     t.eval_metric_name, tuned["best_metric"], rp3beta)
     tuned, model = _try_variants(run, tuned, model, first_seconds)
     artifacts.write_json(record, tuned)
     return tuned, model
@@ -166,15 +181,15 @@ class Choice:
     variant: Optional[str] = None
 
 
-def _tune_variant(run: TrainingRun, choice: Choice) -> tuple[dict, Any]:
+def _tune_variant(run: TrainingRun, choice: Choice, probe: Optional[StopBelow] = None) -> tuple[dict, Any]:
     """One tuning of the towers ``choice`` names, in its own checkpoint directory, its record kept there
     (``variant.json``, with the seconds it took) so that a resumed run does not train it again; the model when trained
-    now."""
+    now. ``probe``: give the tuning up after the probe's epoch when it reads below the probe's floor."""
     path = choice.checkpoints / "variant.json"
     if path.exists():
         return artifacts.read_json(path), None
     start = time.monotonic()
-    model, result = fit(run, "tuning", choice=choice)
+    model, result = fit(run, "tuning", choice=choice, stop_below=probe)
     tuned = {"best_epoch": result.best_epoch, "best_metric": result.best_metric, "steps": result.step,
              "stopped_early": result.stopped_early, "best_learning_rate": result.best_learning_rate,
              "history": result.history, "seconds": time.monotonic() - start}
@@ -220,6 +235,32 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
     return {**best, "variant_trials": trials, "without_variant": tuned["best_metric"]}, model
 
 
+PROBE_SHARE = 0.9  # of the tuned RP3beta's validation recall, below which train.teacher_probe_epochs gives up
+# On validation parts (benchmarks/JOURNAL.md, "Issue 47: the teacher's probe"), the towers without the teacher read
+# 0.84-0.86 of the tuned RP3beta's holdout recall@20 at epoch 3 of Gowalla's schedule, where the teacher is kept, and
+# 1.06 on Yelp2018, where it is not needed; their full tunings end at 0.95-0.96 and 1.18 of it.
+
+
+def _probe(run: TrainingRun) -> Optional[StopBelow]:
+    """The first tuning's probe (``train.teacher_probe_epochs``): None when off or without a tuned RP3beta."""
+    from retrieval import training
+
+    epochs = run.config.train.teacher_probe_epochs
+    rp3beta = _rp3beta_validation(run) if epochs else None
+    return None if rp3beta is None else training.StopBelow(int(epochs), PROBE_SHARE * rp3beta)
+
+
+def _probe_score(run: TrainingRun, tuned: dict, probe: StopBelow) -> Optional[float]:
+    """The first tuning's validation metric at the probe's epoch (None: it stopped before)."""
+    scores = tuned.get("history", {}).get(run.config.train.eval_metric_name) or []
+    return float(scores[probe.epoch - 1]) if len(scores) >= probe.epoch else None
+
+
+def _teacher_variant_note(run: TrainingRun) -> str:
+    variant = run.config.train.teacher_variant
+    return f" and variant {variants_lib.describe(run.config, variant, run.data)}" if variant else ""
+
+
 def _teacher_always(run: TrainingRun) -> bool:
     """Whether the configured teacher trains every phase (``train.teacher_when = "always"``)."""
     return bool(run.config.train.teacher_items) and run.config.train.teacher_when == "always"
@@ -259,7 +300,7 @@ def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
 
 
 def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None,
-        choice: Optional[Choice] = None) -> tuple[Any, FitResult]:
+        choice: Optional[Choice] = None, stop_below: Optional[StopBelow] = None) -> tuple[Any, FitResult]:
     """Builds the model and trains it (resuming from the phase's checkpoints): ``final`` (the configured run),
     ``tuning`` (the training data minus the holdout, early-stopping on it; ``checkpoints/tuning``) or ``refit`` (all
     training data for ``epochs`` epochs, no early stopping; with ``warm_learning_rate``, from the tuned weights at
@@ -315,7 +356,8 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
                                       refit_scale=1.0 / max(1.0 - c.train.validation_fraction, 1e-6))
     result = training.fit(model, examples, train_config, checkpoint_dir=checkpoints,
                           tensorboard_dir=paths.tensorboard / "tuning" if tuning else paths.tensorboard,
-                          evaluate_fn=evaluate_fn, plan_epochs=plan_epochs, phase=_phase_name(phase, choice))
+                          evaluate_fn=evaluate_fn, plan_epochs=plan_epochs, phase=_phase_name(phase, choice),
+                          stop_below=stop_below)
     return model, result
 
 

@@ -80,7 +80,7 @@ def test_the_large_catalogue_schedule_replaces_its_namesakes_from_its_size_on(lo
     effective, note = tuning.for_catalogue(config, 100)
     large = config.train.large_catalogue
     assert sorted(large) == ["early_stopping_patience", "epochs", "eval_max_users", "min_learning_rate_ratio",
-                             "refit_epochs", "time_budget_s"]
+                             "refit_epochs", "teacher_probe_epochs", "time_budget_s"]
     assert {key: effective.train[key] for key in large} == large.to_dict()
     assert effective.train.epochs == 12 != config.train.epochs == 6  # the given config is left as it was
     assert note.startswith("large catalogue (100 items >= train.large_catalogue_items 100): train.")
@@ -216,6 +216,25 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
     assert tuning._latest_tuning_checkpoint(run).startswith(str(taught if trial["kept"] else taught.parent))
     model = tuning.final_model(run)  # the refit follows the choice: a user-id table only with the teacher kept
     assert any("user_id" in weight.name for weight in model.weights) == trial["kept"]
+
+
+def test_the_teachers_probe_gives_the_first_tuning_up_where_it_trails_rp3beta_and_keeps_the_teacher(
+        log_path, tmp_path, monkeypatch):
+    """train.teacher_probe_epochs: the first tuning stops after the probe's epoch when it reads below PROBE_SHARE of
+    the tuned RP3beta, and the towers tuned with the teacher are kept without a comparison with the cut tuning."""
+    monkeypatch.setattr(tuning, "_rp3beta_validation", lambda run: 1.0)  # out of the towers' reach
+    sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
+            "train.epochs": 3, "train.refit": False, "train.teacher_items": 2,
+            "train.teacher_when": "item_item_leads", "train.teacher_probe_epochs": 1}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "probed")
+    job.run()
+    record = job.stages.summary("train")["tuning"]
+    cut = artifacts.read_json(job.paths.checkpoints / "tuning" / "variant.json")
+    assert len(cut["history"]["val_recall"]) == 1 and cut["history"]["val_recall"][0] < tuning.PROBE_SHARE
+    trial = record["teacher_trial"]
+    assert trial["probe"] == {"epoch": 1, "floor": tuning.PROBE_SHARE, "gave_up": True}
+    assert trial["kept"] and record["teacher"] and record["checkpoints"] == tuning.TEACHER_DIR
+    assert len(record["history"]["val_recall"]) > 1  # the teacher's tuning is a whole one
 
 
 def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_clearly_higher(log_path, tmp_path):
