@@ -238,7 +238,7 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
 PROBE_SHARE = 0.9  # of the tuned RP3beta's validation recall, below which train.teacher_probe_epochs gives up
 # On validation parts (benchmarks/JOURNAL.md, "Issue 47: the teacher's probe"), the towers without the teacher read
 # 0.84-0.86 of the tuned RP3beta's holdout recall@20 at epoch 3 of Gowalla's schedule, where the teacher is kept, and
-# 1.06 on Yelp2018, where it is not needed; their full tunings end at 0.95-0.96 and 1.18 of it.
+# 0.99-1.06 on Yelp2018, where it is not needed (their whole tunings end at 0.95-0.96 and 1.05-1.18 of it).
 
 
 def _probe(run: TrainingRun) -> Optional[StopBelow]:
