@@ -62,7 +62,7 @@ def get_config():
     # With the teacher, a user-id embedding beside the pooled history (SimpleX's gate): on Gowalla's holdout the two
     # together read more than either (JOURNAL.md, "Issue 47: user ids with the teacher").
     config.train.teacher_variant = "user_ids"
-    # Where the first tuning is cheap (at most train.variant_budget_s, 300 s: small or dense logs), the towers are
+    # Where the tuning part is small (at most train.variant_max_examples, 250,000 examples: small logs), the towers are
     # tuned again at twice the temperature and the better on the holdout is kept: 0.1 overfits small logs within two
     # epochs (holdout recall@20: bundled data 0.2797 -> 0.3057, MovieLens-100K 0.3217 -> 0.3546, Last.fm 0.2940 ->
     # 0.2966; JOURNAL.md, "Issue 47: the temperature, chosen by the run"). On sequences held in memory the

@@ -114,9 +114,13 @@ TRAIN = Section("train", (
         "one with the highest validation metric kept, by more than train.variant_min_gain (the refit and the export "
         "follow it; the report says which): "
         '"softer" doubles model.temperature; "self_attention" (sequences held in memory) trains the self-attentive user '
-        "tower of configs/sequential.py (retrieval/jobs/variants.py). Tried only where the first tuning took at "
-        "most train.variant_budget_s seconds, so small logs get the choice and large ones keep one tuning."),
-    Key("variant_budget_s", 300.0, number(0, 7 * 86_400)),
+        "tower of configs/sequential.py (retrieval/jobs/variants.py). Tried only where the tuning part has at most "
+        "train.variant_max_examples training examples, so small logs get the choice and large ones keep one tuning."),
+    Key("variant_max_examples", 250_000, integer(0, COUNT),
+        "See train.variants: the size of the tuning part's examples up to which variants are tried (a count of the "
+        "data, not a time, so the choice is the same on a loaded machine and an idle one). 250,000: the bundled "
+        "data, MovieLens-100K, Last.fm and Amazon Beauty (60k-130k) get it, MovieLens-1M's sets (530k), Gowalla and "
+        "Yelp2018 do not."),
     Key("variant_min_gain", 0.02, number(0, 1),
         "A variant replaces the towers kept so far only when its validation metric is higher by more than this "
         "fraction of theirs: a near tie keeps the earlier, simpler towers, so the choice does not flip between "

@@ -125,15 +125,14 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     t = run.config.train
     suited = [name for name in t.variants if not variants_lib.VARIANTS[name].unsuited(run.config, run.data)]
     logging.info("training in phases, each with its own ETA: tuning on the automatic holdout (early-stopped)%s, then %s",
-                 f", then the variant{'s' * (len(suited) > 1)} {', '.join(suited)} if it takes at most "
-                 f"{t.variant_budget_s:g} s" if suited else "", "a refit on all training data" if t.refit else "no refit")
+                 f", then the variant{'s' * (len(suited) > 1)} {', '.join(suited)} if the tuning part has at most "
+                 f"{t.variant_max_examples:,} examples" if suited else "", "a refit on all training data" if t.refit else "no refit")
     configured = Choice(_teacher_always(run), run.tuning_checkpoints)
     teacher_rule = (t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set
                     and not run.data.streamed)
     probe = _probe(run) if teacher_rule else None
     tuned, model = _tune_variant(run, configured, probe)
     tuned["teacher"] = configured.teacher
-    first_seconds = tuned.get("seconds", 0.0)
     rp3beta = _rp3beta_validation(run) if teacher_rule else None
     probed = _probe_score(run, tuned, probe) if probe is not None else None
     gave_up = probed is not None and probed < probe.floor
@@ -158,12 +157,10 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
         if trial["kept"]:
             tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR, "variant": variant}, taught_model
         tuned["teacher_trial"] = trial
-        if gave_up:  # the probe's epochs do not say what a whole tuning costs (train.variant_budget_s)
-            first_seconds = taught.get("seconds", first_seconds)
     elif rp3beta is not None:
         logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
                      t.eval_metric_name, tuned["best_metric"], rp3beta)
-    tuned, model = _try_variants(run, tuned, model, first_seconds)
+    tuned, model = _try_variants(run, tuned, model)
     artifacts.write_json(record, tuned)
     return tuned, model
 
@@ -200,11 +197,11 @@ def _tune_variant(run: TrainingRun, choice: Choice, probe: Optional[StopBelow] =
     return tuned, model
 
 
-def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: float) -> tuple[dict, Any]:
+def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]:
     """The tuning record after each of ``train.variants`` was tuned on the same holdout (with the teacher when the
     towers kept it; ``checkpoints/tuning/<variant>``) and the best of all kept (a variant only when it leads the towers
-    kept before it by more than ``train.variant_min_gain``, relative); a variant is tried only when the first
-    tuning took at most ``train.variant_budget_s`` (``first_seconds``), and only with a validation metric to compare.
+    kept before it by more than ``train.variant_min_gain``, relative); a variant is tried only when the tuning
+    part has at most ``train.variant_max_examples`` examples, and only with a validation metric to compare.
     The record gains ``variant`` (the one kept, or None), ``variant_trials`` and ``without_variant`` (the metric before
     them)."""
     t = run.config.train
@@ -217,8 +214,10 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any, first_seconds: floa
             logging.info("variant %s not tried: %s", name, unsuited)
             trials.append({"variant": name, "tried": False, "reason": unsuited})
             continue
-        if first_seconds > t.variant_budget_s:
-            reason = f"the first tuning took {first_seconds:.0f} s, over train.variant_budget_s = {t.variant_budget_s:g} s"
+        examples = int(run.data.holdout.get("examples") or 0)
+        if examples > t.variant_max_examples:
+            reason = (f"the tuning part has {examples:,} examples, more than train.variant_max_examples = "
+                      f"{t.variant_max_examples:,}")
             logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name, run.data), reason)
             trials.append({"variant": name, "tried": False, "reason": reason})
             continue

@@ -4,7 +4,7 @@ One recipe does not fit every log: the temperature that suits a large sparse cat
 MovieLens-1M's sets) overfits a small or dense one within two epochs, where twice that temperature reads more on the
 holdout (validation recall@20: the bundled data 0.2797 -> 0.3057, MovieLens-100K's time-ordered log 0.3217 ->
 0.3546, Last.fm 0.2940 -> 0.2966; benchmarks/JOURNAL.md, "Issue 47: the temperature, chosen by the run"). So a run
-whose first tuning was cheap (``train.variant_budget_s``) tunes each listed variant as well, and keeps whichever
+whose tuning part is small (``train.variant_max_examples``) tunes each listed variant as well, and keeps whichever
 reads the highest validation metric (``retrieval.jobs.tuning.tune``); the refit and the export follow the choice.
 
 A variant is a name, one line saying what it changes, the overrides it makes to the run's config (dotted keys,

@@ -262,12 +262,12 @@ def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_cle
 
 
 def test_a_variant_is_not_tried_where_the_first_tuning_was_over_its_budget(log_path, tmp_path):
-    sets = {**TUNING, "train.epochs": 1, "train.variants": ("softer",), "train.variant_budget_s": 0.0}
+    sets = {**TUNING, "train.epochs": 1, "train.variants": ("softer",), "train.variant_max_examples": 0}
     job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "over")
     job.run()
     record = job.stages.summary("train")["tuning"]
     trial, = record["variant_trials"]
-    assert not trial["tried"] and "over train.variant_budget_s = 0 s" in trial["reason"] and record["variant"] is None
+    assert not trial["tried"] and "more than train.variant_max_examples = 0" in trial["reason"] and record["variant"] is None
     assert not (job.paths.checkpoints / "tuning" / "softer").exists()
     assert f"variant softer not tried ({trial['reason']})" in job.paths.report.read_text()
 
