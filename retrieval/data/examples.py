@@ -236,10 +236,49 @@ class NextItemExamples:
         return to_dataset(self.arrays, batch_size, shuffle=shuffle, seed=seed, repeat=repeat)
 
     def most_recent(self, cap: int) -> NextItemExamples:
-        """At most ``cap`` examples per user, the most recent (the last in the prepared order: by user, then time):
-        ``data.max_examples_per_user`` for a phase that asks for fewer examples than the prepare stage made."""
-        keep = _cap_per_user(self.arrays["user"], np.ones(len(self), bool), cap, "recent", 0)
+        """At most ``cap`` examples per user, the most recent: ``data.max_examples_per_user`` for a phase that asks for
+        fewer examples than the prepare stage made. The examples may be in any order (the prepare stage writes them
+        shuffled), so recency is read from the examples themselves (:func:`recency`)."""
+        users = self.arrays["user"]
+        order = np.lexsort((-recency(self.arrays, cap), users))
+        position, _ = _runs(users[order])
+        keep = np.sort(order[position < cap])
         return NextItemExamples({key: value[keep] for key, value in self.arrays.items()})
+
+
+def recency(arrays: Mapping[str, np.ndarray], cap: int) -> np.ndarray:
+    """A score per next-item example, higher for later examples of the same user, exact for each user's ``cap`` most
+    recent ones whatever the examples' order.
+
+    A user's examples below the history cap have distinct history lengths, which grow by one per position. Those at
+    the cap (``history_length == max_history``) are ordered by their chain: an example's successor is the one whose
+    history is its own label followed by its own history minus the oldest item. The last of the chain has no
+    successor (rank 0), its predecessor rank 1, and so on for ``cap`` links; the older ones rank after them and
+    before every shorter history."""
+    users, labels = arrays["user"].astype(np.int64), arrays["label"].astype(np.int64)
+    history, lengths = arrays["history"].astype(np.int64), arrays["history_length"].astype(np.int64)
+    width = history.shape[1]
+    score = lengths * (cap + 1) + cap  # below the cap: the length orders them
+    full = np.flatnonzero(lengths == width)
+    if not len(full):
+        return score
+    own = np.column_stack([users[full], history[full]])  # (user, history): what a successor's key must equal
+    successor_key = np.column_stack([users[full], labels[full], history[full, :width - 1]])
+    keys, ids = np.unique(np.concatenate([own, successor_key]), axis=0, return_inverse=True)
+    ids = ids.ravel()
+    own_id, wanted_id = ids[:len(full)], ids[len(full):]
+    holder = np.full(len(keys), -1, np.int64)
+    holder[own_id] = np.arange(len(full))
+    successor = holder[wanted_id]  # index into full of each tied example's successor, -1 when it is the last
+    rank = np.full(len(full), cap, np.int64)  # cap: older than the cap most recent
+    rank[successor < 0] = 0
+    for step in range(1, cap):
+        known = (rank == cap) & (successor >= 0)
+        follows = known.copy()
+        follows[known] = rank[successor[known]] == step - 1
+        rank[follows] = step
+    score[full] = width * (cap + 1) + (cap - rank)
+    return score
 
 
 def as_source(examples: ExampleSource | Mapping[str, np.ndarray]) -> ExampleSource:

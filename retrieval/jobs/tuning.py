@@ -82,7 +82,7 @@ def train(run: TrainingRun) -> tuple[Any, dict]:
     """Both phases: the final model and the train stage's summary (steps, best epoch and metric, and when tuned the
     tuning record and whether the model was refit)."""
     tuned, tuned_now = tune(run)
-    if tuned is not None and not run.config.train.refit:  # the tuned model is the final one
+    if tuned is not None and not _kept_train(run, tuned).refit:  # the tuned model is the final one
         model = tuned_now if tuned_now is not None else fit(run, "tuning")[0]
         return model, {"steps": tuned["steps"], "best_metric": tuned["best_metric"],
                        "best_epoch": tuned["best_epoch"], "stopped_early": tuned["stopped_early"], "tuning": tuned,
@@ -288,7 +288,7 @@ def _rp3beta_validation(run: TrainingRun) -> Optional[float]:
 def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
     """Phase 2: the final model and its ``training.FitResult`` given the tuning record ``tuned`` (see the module
     docstring); trained, or restored from the last checkpoint of a finished training."""
-    t = run.config.train
+    t = _kept_train(run, tuned)
     if tuned is None:
         return fit(run, "final")
     if not t.refit:
@@ -296,6 +296,12 @@ def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
     if t.refit_epochs and tuned.get("best_learning_rate") is not None:
         return fit(run, "refit", epochs=t.refit_epochs, warm_learning_rate=tuned["best_learning_rate"])
     return fit(run, "refit", epochs=tuned["best_epoch"] or t.epochs)
+
+
+def _kept_train(run: TrainingRun, tuned: Optional[dict]) -> ml_collections.ConfigDict:
+    """The ``train`` section the refit follows: the kept variant's, which may set its own refit."""
+    variant = (tuned or {}).get("variant")
+    return variants_lib.apply(run.config, variant, run.data).train if variant else run.config.train
 
 
 def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learning_rate: Optional[float] = None,

@@ -87,6 +87,29 @@ def _reference_pairs(users, items, times, window):
     return sorted(pairs)
 
 
+@pytest.mark.parametrize("cap", [1, 2, 5])
+def test_the_most_recent_examples_are_found_in_any_order_past_the_history_cap(cap):
+    """NextItemExamples.most_recent on examples in a shuffled order (as the prepare stage writes them), with users
+    longer than the history cap (ties in history_length): the same examples as capping them when they were built.
+    The unique labels keep every chain unambiguous, as in a log without repeats."""
+    from retrieval.data.examples import NextItemExamples
+
+    rng = np.random.default_rng(3)
+    lengths = [2, 3, 4, 9, 15, 40]
+    users = np.repeat(np.arange(2, 2 + len(lengths)), lengths).astype(np.int32)
+    items = (rng.permutation(1000)[:len(users)] + 2).astype(np.int32)
+    every = next_item_examples(users, items, max_history=3)
+    expected = next_item_examples(users, items, max_history=3, max_examples_per_user=cap)
+    order = rng.permutation(len(every["label"]))
+    shuffled = NextItemExamples({key: value[order] for key, value in every.items()})
+    found = shuffled.most_recent(cap).arrays
+
+    def rows(arrays):
+        return sorted(zip(arrays["user"].tolist(), arrays["label"].tolist(), map(tuple, arrays["history"].tolist())))
+
+    assert rows(found) == rows(expected) and len(found["label"]) < len(every["label"])
+
+
 @pytest.mark.parametrize("window", [1, 3, None])
 def test_skipgram_pairs_match_a_loop(log, window):
     users, items, times = log

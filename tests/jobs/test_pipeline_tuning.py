@@ -285,11 +285,15 @@ def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and
     run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
     examples = run.data.load_examples(job.paths, job.config, tuning=True)
     recent = examples.most_recent(1)
-    users = examples.arrays["user"]
-    assert len(recent) == len(np.unique(users)) < len(examples)
-    last = {user: row for row, user in enumerate(users)}  # the prepared order is by user, then time
-    assert dict(zip(recent.arrays["user"].tolist(), recent.arrays["label"].tolist(), strict=True)) == {
-        user: examples.arrays["label"][row] for user, row in last.items()}
+    assert len(recent) == len(np.unique(examples.arrays["user"])) < len(examples)
+    # each user's last training interaction of the tuning part (the examples were written shuffled)
+    item_vocab, user_vocab = run.vocabularies()
+    table = pd.read_parquet(prepare.tuning_data(job.paths, "train")).sort_values(["user_id", "timestamp"],
+                                                                              kind="stable")
+    last = table.groupby("user_id").tail(1)
+    expected = dict(zip(user_vocab.lookup(last["user_id"].to_numpy()).tolist(),
+                        item_vocab.lookup(last["item_id"].to_numpy()).tolist()))
+    assert dict(zip(recent.arrays["user"].tolist(), recent.arrays["label"].tolist(), strict=True)) == expected
 
     job = TrainingJob(make_config(log_path, **sets, **{"data.order": "none", "data.split": "random"}), str(tmp_path),
                       "sets")
