@@ -105,7 +105,8 @@ def test_the_most_recent_examples_are_found_in_any_order_past_the_history_cap(ca
     found = shuffled.most_recent(cap).arrays
 
     def rows(arrays):
-        return sorted(zip(arrays["user"].tolist(), arrays["label"].tolist(), map(tuple, arrays["history"].tolist())))
+        return sorted(zip(arrays["user"].tolist(), arrays["label"].tolist(), map(tuple, arrays["history"].tolist()),
+                          strict=True))
 
     assert rows(found) == rows(expected) and len(found["label"]) < len(every["label"])
 

@@ -292,7 +292,7 @@ def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and
                                                                               kind="stable")
     last = table.groupby("user_id").tail(1)
     expected = dict(zip(user_vocab.lookup(last["user_id"].to_numpy()).tolist(),
-                        item_vocab.lookup(last["item_id"].to_numpy()).tolist()))
+                        item_vocab.lookup(last["item_id"].to_numpy()).tolist(), strict=True))
     assert dict(zip(recent.arrays["user"].tolist(), recent.arrays["label"].tolist(), strict=True)) == expected
 
     job = TrainingJob(make_config(log_path, **sets, **{"data.order": "none", "data.split": "random"}), str(tmp_path),
