@@ -130,10 +130,10 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     configured = Choice(_teacher_always(run), run.tuning_checkpoints)
     teacher_rule = (t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set
                     and not run.data.streamed)
-    probe = _probe(run) if teacher_rule else None
+    rp3beta = _rp3beta_validation(run) if teacher_rule else None
+    probe = _probe(run, rp3beta)
     tuned, model = _tune_variant(run, configured, probe)
     tuned["teacher"] = configured.teacher
-    rp3beta = _rp3beta_validation(run) if teacher_rule else None
     probed = _probe_score(run, tuned, probe) if probe is not None else None
     gave_up = probed is not None and probed < probe.floor
     if rp3beta is not None and (gave_up or rp3beta > tuned["best_metric"]):
@@ -208,13 +208,13 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]
     if not t.variants or tuned["best_metric"] is None:
         return tuned, model
     best, trials = {**tuned, "variant": tuned.get("variant")}, []
+    examples = int(run.data.holdout.get("examples") or 0)
     for name in t.variants:
         unsuited = variants_lib.VARIANTS[name].unsuited(run.config, run.data)
         if unsuited:
             logging.info("variant %s not tried: %s", name, unsuited)
             trials.append({"variant": name, "tried": False, "reason": unsuited})
             continue
-        examples = int(run.data.holdout.get("examples") or 0)
         if examples > t.variant_max_examples:
             reason = (f"the tuning part has {examples:,} examples, more than train.variant_max_examples = "
                       f"{t.variant_max_examples:,}")
@@ -240,13 +240,13 @@ PROBE_SHARE = 0.9  # of the tuned RP3beta's validation recall, below which train
 # 0.99-1.06 on Yelp2018, where it is not needed (their whole tunings end at 0.95-0.96 and 1.05-1.18 of it).
 
 
-def _probe(run: TrainingRun) -> Optional[StopBelow]:
-    """The first tuning's probe (``train.teacher_probe_epochs``): None when off or without a tuned RP3beta."""
+def _probe(run: TrainingRun, rp3beta: Optional[float]) -> Optional[StopBelow]:
+    """The first tuning's probe (``train.teacher_probe_epochs``) against the tuned RP3beta's validation recall
+    ``rp3beta``: None when off or without it."""
     from retrieval import training
 
     epochs = run.config.train.teacher_probe_epochs
-    rp3beta = _rp3beta_validation(run) if epochs else None
-    return None if rp3beta is None else training.StopBelow(int(epochs), PROBE_SHARE * rp3beta)
+    return None if not epochs or rp3beta is None else training.StopBelow(int(epochs), PROBE_SHARE * rp3beta)
 
 
 def _probe_score(run: TrainingRun, tuned: dict, probe: StopBelow) -> Optional[float]:
