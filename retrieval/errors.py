@@ -65,7 +65,7 @@ class InputError(ValueError):
         if self.column is not None:
             where.append(f"column {self.column!r}")
         if self.row is not None:
-            where.append(f"row {self.row}")
+            where.append(f"row {self.row} (0-based, header excluded)")
         return f"{', '.join(where)}: {self.message}" if where else self.message
 
 

@@ -164,32 +164,33 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
     training = baselines_lib.Training(holdout.train, holdout.n_items, holdout.popularity, seed)
     shape = baselines_lib.Shape.of(holdout.train, holdout.n_items)
     measured: list[float] = []
-    for group in groups:
-        estimate = (float(np.mean(measured)) if measured else
-                    (baseline.seconds(shape, group) if baseline.seconds else 0.0)
-                    + len(group) * len(rows) * holdout.n_items * RANK_S_PER_SCORE)
-        # The first fit is worth its time only if it tries more than the defaults or leaves time for another.
-        needed = 2 * estimate if not measured and len(group) == 1 and len(groups) > 1 else estimate
-        if clock() - start + needed > budget_s:
-            if not measured:
-                over = (f"over eval.baseline_budget_s = {budget_s:g}" if clock() - start + estimate > budget_s else
-                        f"and eval.baseline_budget_s = {budget_s:g} does not hold the defaults' and another")
-                return _finish(tuned, f"not tuned: one fit on the holdout ({holdout.n_items - NUM_RESERVED} items) "
-                               f"takes about {_seconds(estimate)} s, {over}; {describe(default)} (defaults)", start,
-                               clock)
-            tuned.note = (f"{len(tuned.points)} of {planned} grid points within eval.baseline_budget_s = "
-                          f"{budget_s:g} (the next fit: about {_seconds(estimate)} s); the best so far kept")
-            break
-        fit_start = clock()
-        with evaluator.heartbeat(f"tuning baseline {name}, fit {len(measured) + 1} of {len(groups)} "
-                                 f"({len(group)} point{'s' if len(group) > 1 else ''}, {len(rows):,} validation "
-                                 "users)", progress_interval_s):
+    # One heartbeat over the whole tuning, so that short fits in a row are not silent together.
+    with evaluator.heartbeat(f"tuning baseline {name}", progress_interval_s) as beat:
+        for number, group in enumerate(groups, 1):
+            estimate = (float(np.mean(measured)) if measured else
+                        (baseline.seconds(shape, group) if baseline.seconds else 0.0)
+                        + len(group) * len(rows) * holdout.n_items * RANK_S_PER_SCORE)
+            # The first fit is worth its time only if it tries more than the defaults or leaves time for another.
+            needed = 2 * estimate if not measured and len(group) == 1 and len(groups) > 1 else estimate
+            if clock() - start + needed > budget_s:
+                if not measured:
+                    over = (f"over eval.baseline_budget_s = {budget_s:g}" if clock() - start + estimate > budget_s else
+                            f"and eval.baseline_budget_s = {budget_s:g} does not hold the defaults' and another")
+                    return _finish(tuned, f"not tuned: one fit on the holdout ({holdout.n_items - NUM_RESERVED} items) "
+                                   f"takes about {_seconds(estimate)} s, {over}; {describe(default)} (defaults)", start,
+                                   clock)
+                tuned.note = (f"{len(tuned.points)} of {planned} grid points within eval.baseline_budget_s = "
+                              f"{budget_s:g} (the next fit: about {_seconds(estimate)} s); the best so far kept")
+                break
+            beat.what = (f"tuning baseline {name}, fit {number} of {len(groups)} ({len(group)} point"
+                         f"{'s' if len(group) > 1 else ''}, {len(rows):,} validation users)")
+            fit_start = clock()
             scorers = baselines_lib.fit(name, training, group)
             for index, point in enumerate(group):
                 value = score(scorers[index], holdout, rows, relevant, k, exclude_train, max_block_bytes)
                 scorers[index] = None  # its sparse matrix goes now, not with the group
                 tuned.points.append({**point, metric: value})
-        measured.append(clock() - fit_start)
+            measured.append(clock() - fit_start)
     best = max(tuned.points, key=lambda point: point[metric])  # the first of equals: the defaults win a tie
     tuned.params = {param: best[param] for param in default}
     return _finish(tuned, tuned.note, start, clock)

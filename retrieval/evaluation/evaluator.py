@@ -73,24 +73,33 @@ class Progress:
                      self.done, self.total, 100.0 * self.done / max(self.total, 1), tag, rate, eta)
 
 
+class Heartbeat:
+    """What a running :func:`heartbeat` block is doing (``what``: its next lines say this)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+
 @contextlib.contextmanager
-def heartbeat(what: str, interval_s: float = PROGRESS_INTERVAL_S) -> Iterator[None]:
+def heartbeat(what: str, interval_s: float = PROGRESS_INTERVAL_S) -> Iterator[Heartbeat]:
     """Logs ``evaluation: <what>, <n> s so far`` every ``interval_s`` seconds (:data:`MIN_HEARTBEAT_S` at least)
     while the block runs, and its time when it ends if it ran that long (a short block logs nothing): a baseline's
     fit (EASE^R's inverse at 14k items: a minute in one BLAS call, which releases the GIL) returns to Python only
-    when it is done, so no counter inside it can say that it is still going."""
+    when it is done, so no counter inside it can say that it is still going. The block may update the yielded
+    :class:`Heartbeat`'s ``what`` as it moves on (a baseline's tuning, fit after fit: short fits in a row are no
+    longer silent together); the closing line names the block as it began."""
     start, done = time.monotonic(), threading.Event()
-    beats = []
+    state, beats = Heartbeat(what), []
 
     def beat() -> None:
         while not done.wait(max(interval_s, MIN_HEARTBEAT_S)):
             beats.append(time.monotonic() - start)
-            logging.info("evaluation: %s, %.0f s so far", what, beats[-1])
+            logging.info("evaluation: %s, %.0f s so far", state.what, beats[-1])
 
     beating = threading.Thread(target=beat, name="evaluation-heartbeat", daemon=True)
     beating.start()
     try:
-        yield
+        yield state
     finally:
         done.set()
         beating.join()

@@ -105,6 +105,7 @@ def test_a_small_budget_tries_fewer_points_keeps_the_best_so_far_and_says_so(pla
     full = baseline_tuning.tune("rp3beta", planted, k=2, grid=grid, budget_s=100, clock=clock)
     assert len(full.points) == 4 and not full.note and full.seconds == 40.0
     clock.now = 0.0
+    caplog.clear()  # the full tuning's line too is captured where an earlier test left absl at INFO
     with caplog.at_level(logging.INFO, logger="absl"):
         cut = baseline_tuning.tune("rp3beta", planted, k=2, grid=grid, budget_s=25, clock=clock)
     # the first fit on the model's estimate (far below 25 s), the second on the first's 10 s, the third would end at 30
@@ -264,3 +265,25 @@ def test_a_long_tuning_fit_logs_a_line_every_interval(planted, monkeypatch, capl
                              progress_interval_s=1.0)
     beats = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
     assert len(beats) >= 2 and beats[0].startswith("evaluation: tuning baseline rp3beta, fit 1 of 2 (1 point, ")
+
+
+def test_short_tuning_fits_in_a_row_are_not_silent_together(planted, monkeypatch, caplog):
+    """The bundled data's EASE^R tuning, five fits of ~6 s each, logged nothing for 31 s (a fresh-clone trial): the
+    heartbeat spans the whole tuning, each line naming the fit under way."""
+    import re
+    import time
+
+    original = baselines.BASELINES["rp3beta"]
+
+    def short_fit(training, points):
+        time.sleep(0.6)  # each fit shorter than the interval
+        return original.fit(training, points)
+
+    monkeypatch.setitem(baselines.BASELINES, "rp3beta", dataclasses.replace(original, fit=short_fit))
+    with caplog.at_level(logging.INFO, logger="absl"):
+        baseline_tuning.tune("rp3beta", planted, k=2, grid={"a": (0.25, 0.5, 0.75, 1.0), "b": (1.0,), "k": (50,)},
+                             budget_s=100, progress_interval_s=1.0)
+    beats = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert len(beats) >= 2
+    assert all(re.fullmatch(r"evaluation: tuning baseline rp3beta, fit [1-4] of 4 \(\d points?, [\d,]+ validation users\), "
+                            r"\d+ s so far", line) for line in beats), beats

@@ -160,9 +160,9 @@ BUNDLED_ITEMS = [f"i{i},g{i % 7},{1990 + i % 30}" for i in range(2000)]  # data/
     ([f"x{i},g1,2000" for i in range(2000)], "genres:multi",  # another id scheme: 2,000 phantom items were served
      "column 'item_id': 0 of the 2,000 items of the training log have a row in the item table (0.0%), and 2,000 of "
      "its 2,000 rows are items the training log never saw: at least 10% must match"),
-    (BUNDLED_ITEMS + ["i4,g2,1999"], "genres:multi", "column 'item_id', row 2000: duplicate id 'i4' (first seen at row 4)"),
+    (BUNDLED_ITEMS + ["i4,g2,1999"], "genres:multi", "column 'item_id', row 2000 (0-based, header excluded): duplicate id 'i4' (first seen at row 4)"),
     (BUNDLED_ITEMS[:7] + ["i7,g1,abc"] + BUNDLED_ITEMS[8:], "genres:multi,year:numeric",
-     "column 'year', row 7: non-numeric value 'abc' in a numeric feature"),
+     "column 'year', row 7 (0-based, header excluded): non-numeric value 'abc' in a numeric feature"),
     (BUNDLED_ITEMS, "genres:multi,title:text",
      "config.data.item_features': {table} has no column(s) ['title']; its columns are ['item_id', 'genres', 'year']"),
 ])

@@ -49,7 +49,7 @@ def test_item2vec_ids_with_whitespace_are_refused_before_training_by_their_row_i
                             cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE_S)
     assert result.returncode == cli.EXIT_INPUT_ERROR, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1] == (
-        f"error: file {log}, column 'item_id', row 123: item id 'shoe 42' is empty or contains whitespace, which the "
+        f"error: file {log}, column 'item_id', row 123 (0-based, header excluded): item id 'shoe 42' is empty or contains whitespace, which the "
         "word2vec files of an Item2Vec run cannot hold; clean the ids or train configs/two_tower.py")
     assert "stage train" not in result.stderr
 
