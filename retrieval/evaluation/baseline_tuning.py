@@ -48,8 +48,9 @@ from retrieval.evaluation import metrics as metrics_lib
 TUNING_USERS = baselines_lib.TUNING_USERS  # default of eval.baseline_tuning_users
 BUDGET_S = baselines_lib.TUNING_BUDGET_S  # default of eval.baseline_budget_s: seconds per tuned baseline
 # Scoring and ranking time per (user, item) score of one point, for the estimate of a first fit (5,000 users x 41k
-# items in 4 to 6 s on a loaded 2-core box: the top-k of ranking.top_k takes two thirds of it).
-RANK_S_PER_SCORE = 3e-8
+# items in about 1 s on an idle 2-core box, half of it RP3beta's sparse product, and twice that under load; it was
+# 4 to 6 s before ranking.top_k kept its top k on FAISS's heaps).
+RANK_S_PER_SCORE = 1e-8
 
 
 @dataclasses.dataclass

@@ -84,3 +84,31 @@ def test_csr_take_and_contains():
     assert sub.indptr.tolist() == [0, 2, 2, 4] and sub.indices.tolist() == [3, 5, 1, 9]
     got = csr.contains(m, np.array([0, 2]), np.array([[9, 3, -1], [3, 4, 5]]))
     assert got.tolist() == [[True, False, False], [True, False, True]]
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, 64])
+def test_top_k_equals_tensorflow_top_k_with_ties_and_excluded_items(k):
+    """The FAISS heaps against ``tf.math.top_k`` (ties to the lower index) on scores full of ties (small integers,
+    rows of zeros as a sparse baseline gives), -inf entries, excluded items and rows with fewer than k rankable
+    items."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(7)
+    n_users, n_items = 300, 64
+    scores = rng.integers(-3, 4, size=(n_users, n_items)).astype(np.float32)
+    scores[::5] = 0.0
+    scores[rng.random(scores.shape) < 0.1] = -np.inf
+    rows = np.repeat(np.arange(n_users), 20)
+    cols = rng.integers(0, n_items, size=len(rows))
+    exclude = csr.from_pairs(rows, cols, n_users)
+    got_idx, got_val = ranking.top_k(lambda r: scores[r], n_users, n_items, k, exclude, max_block_bytes=64 * 4 * 70)
+
+    masked = scores.copy()
+    masked[:, list(ranking.NEVER_RECOMMENDED)] = -np.inf
+    masked[csr.to_pairs(exclude)] = -np.inf
+    want_val, want_idx = (t.numpy() for t in tf.math.top_k(masked, k=k))
+    want_idx = want_idx.astype(np.int64)
+    want_idx[np.isneginf(want_val)] = -1
+    np.testing.assert_array_equal(got_val, want_val)
+    np.testing.assert_array_equal(got_idx, want_idx)
+    assert (got_idx == -1).any() == (k >= 40)  # the longer lists reach rows with fewer than k rankable items
