@@ -5,8 +5,8 @@ from a *scorer* (a callable mapping user rows to scores: the model's dot product
 entries are set to -inf in place and FAISS's k-selection heaps (``faiss.float_minheap_array_t``: one bounded heap per
 user, filled in one C++ pass over the block, parallel over users) keep the best k, ties to the lower item index. On
 two cores this takes a twentieth of the time of ``tf.math.top_k`` over the same block (1,638 users x 41k items, k 20:
-0.04 s against 0.88 s), which dominated the ranking: with it, recall@20 of 5,000 users over Gowalla's 41k items took
-3.3 s, of which 0.45 s the scores (benchmarks/journal/issue-47.md, "The exact top-k on FAISS's heaps"). Item
+0.04 s against 0.88 s), which dominated the ranking: RP3beta's recall@20 of 5,000 users over Gowalla's 41k items takes
+1 s instead of 3.9 s, half of it the scores (benchmarks/JOURNAL.md, "Issue 47: the exact top-k on FAISS's heaps"). Item
 indices are vocabulary indices: 0 (padding) and 1 (OOV) are never recommended. A slot that no rankable item could
 fill holds index -1 and score -inf.
 
@@ -30,7 +30,8 @@ from retrieval.evaluation import csr as csr_lib
 
 NEVER_RECOMMENDED = (PAD_INDEX, OOV_INDEX)
 Scorer = Callable[[np.ndarray], Union[np.ndarray, tf.Tensor]]
-"""Maps user rows [b] (int64) to a float32 score matrix [b, V] over vocabulary item indices (NumPy or TF)."""
+"""Maps user rows [b] (int64) to a float32 score matrix [b, V] over vocabulary item indices (NumPy or TF): a new
+matrix per call, since :func:`top_k` overwrites it (its excluded entries become -inf)."""
 
 
 def dot_scorer(user_vectors: np.ndarray, item_vectors: np.ndarray,

@@ -53,7 +53,7 @@ EVAL = Section("eval", (
         "Seconds each tunable baseline (item_knn, rp3beta, ease) may spend on its tuning on the run's holdout (the "
         "automatic validation holdout, else the validation data); a fit estimated to end past it is not started and "
         "the best point so far is kept, with a line saying so. At Gowalla's size (41k items, 5,000 users) rp3beta's "
-        "27 points take about 2 minutes, item_knn's 18 about 1.5, ease's 5 (at eval.ease_max_items 15,000) about 3. "
+        "27 points take about a minute, item_knn's 18 about a minute, ease's 5 (at eval.ease_max_items 15,000) about 3. "
         "0: no tuning."),
     Key("baseline_tuning_users", baselines.TUNING_USERS, integer(1, COUNT),
         "Validation users (a seeded sample) on whom each point of a baseline's grid is scored (recall@k at the "
