@@ -230,6 +230,10 @@ class Section:
         """``{full dotted name: rule}`` of every key."""
         return {self.qualified(key): key.rule for key in self.keys}
 
+    def defaults(self) -> dict[str, Any]:
+        """``{full dotted name: default}`` of every key."""
+        return {self.qualified(key): key.default for key in self.keys}
+
 
 def _parent(config: Any, name: str, create: bool = False) -> tuple[Any, str]:
     """The sub-section of ``config`` holding dotted key ``name``, and the key's last part (with ``create``, missing

@@ -30,13 +30,15 @@ from retrieval import locations, settings
 from retrieval.config_keys import Rule
 from retrieval.data import catalogue, readers, splits, validate
 from retrieval.errors import InputError, shown, shown_list
-from retrieval.evaluation import baselines, metrics
+from retrieval.evaluation import metrics
 from retrieval.jobs import gate, identity, sections
 from retrieval.models import config as model_config
 from retrieval.models.layout import score_layout
 
 # What each key accepts: the rules declared with the keys, section by section (retrieval/jobs/sections.py).
 RULES: dict[str, Rule] = {name: rule for section in sections.SECTIONS for name, rule in section.rules().items()}
+# ... and their declared defaults, which the checks read where a config leaves a key out (Settled).
+DEFAULTS: dict[str, Any] = {name: value for section in sections.SECTIONS for name, value in section.defaults().items()}
 
 Problem = tuple[str, str]  # (key, what is wrong and what is allowed)
 
@@ -48,6 +50,18 @@ def flatten(config: Mapping, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from flatten(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
+
+
+class Settled(dict):
+    """Every declared key of a config by its dotted name: its value, or its declared default where the config leaves
+    it out (a config built by hand, or an older run's), so that a check reads one value per key, never a default of
+    its own; ``given``: the keys the config itself sets."""
+
+    def __init__(self, config: Mapping):
+        given = dict(flatten(config))
+        super().__init__({**DEFAULTS, **given})
+        self.given = frozenset(given)
+
 
 
 def evaluation_metrics(ks, bootstrap: int) -> set[str]:
@@ -63,12 +77,12 @@ def evaluation_metrics(ks, bootstrap: int) -> set[str]:
 def _gate_metrics(c: Mapping[str, Any]) -> Iterator[Problem]:
     if "gate.floors" not in c and "gate.compare" not in c:
         return
-    ks, bootstrap = c.get("eval.ks", settings.DEFAULT_KS), c.get("eval.bootstrap", 0)
+    ks, bootstrap = c["eval.ks"], c["eval.bootstrap"]
     known = evaluation_metrics(ks, bootstrap)
     expected = (f"expected <metric>@<k> with metric among {', '.join(metrics.ACCURACY_METRICS)}, "
                 f"{', '.join(metrics.POPULARITY_METRICS)}, coverage and k among eval.ks {tuple(ks)}"
                 + (" (or recall/ndcg@k_ci_low/_ci_high)" if bootstrap else ""))
-    floors = [part.split("=") for part in c.get("gate.floors", "").split(",") if part.strip()]
+    floors = [part.split("=") for part in c["gate.floors"].split(",") if part.strip()]
     for name, value in floors:
         try:
             floor = float(value)
@@ -79,36 +93,36 @@ def _gate_metrics(c: Mapping[str, Any]) -> Iterator[Problem]:
             yield "gate.floors", f"floor {value.strip()!r} of {name.strip()} must be a finite number"
         if name.strip() not in known:
             yield "gate.floors", f"unknown metric {name.strip()!r}: {expected}"
-    for name in c.get("gate.compare", ()):
+    for name in c["gate.compare"]:
         if name not in known:
             yield "gate.compare", f"unknown metric {name!r}: {expected}"
 
 
 def _gate_lift(c: Mapping[str, Any]) -> Iterator[Problem]:
-    if c.get("gate.min_lift_over_popular", gate.OFF) <= gate.OFF:
+    if c["gate.min_lift_over_popular"] <= gate.OFF:
         return
     off = "or turn the check off with gate.min_lift_over_popular=-1"
-    if gate.POPULAR not in c.get("eval.baselines", baselines.NAMES):
+    if gate.POPULAR not in c["eval.baselines"]:
         yield "eval.baselines", f"gate.min_lift_over_popular needs the {gate.POPULAR!r} baseline: add it, {off}"
-    if not c.get("gate.compare"):
+    if not c["gate.compare"]:
         yield "gate.compare", f"gate.min_lift_over_popular compares its first metric with most-popular: name one, {off}"
 
 
 def _data(c: Mapping[str, Any]) -> Iterator[Problem]:
-    split = c.get("data.split")
+    split = c["data.split"]
     needs = splits.SPLITS[split].needs if split in splits.SPLITS else ()
-    if needs and not c.get(needs[0]):
+    if needs and not c[needs[0]]:
         yield needs[0], f"split {split!r} needs {needs[1]}"
     for which in ("item", "user"):
-        if c.get(f"data.{which}_features") and not c.get(f"data.{which}_features_path"):
+        if c[f"data.{which}_features"] and not c[f"data.{which}_features_path"]:
             yield f"data.{which}_features", f"features declared without a table: set data.{which}_features_path"
-    if c.get("data.cold_item_fraction", 0) > 0 and not (c.get("data.item_features_path")
-                                                        and c.get("data.catalogue") == "item_features"
-                                                        and c.get("model_type", "two_tower") == "two_tower"):
+    if c["data.cold_item_fraction"] > 0 and not (c["data.item_features_path"]
+                                                 and c["data.catalogue"] == "item_features"
+                                                 and c["model_type"] == "two_tower"):
         yield "data.cold_item_fraction", ("cold items are embedded from their features: it needs a two-tower model, "
                                           "data.item_features_path and data.catalogue='item_features'")
     for key in (f"data.{name}" for name in identity.INPUT_KEYS):
-        if c.get(key):
+        if c[key]:
             try:
                 locations.check_input(c[key], key, kind="any")
             except InputError as e:
@@ -153,20 +167,20 @@ def _rowless(path: str, format: str) -> bool:
 
 def _columns(c: Mapping[str, Any]) -> Iterator[Problem]:
     """The named columns are in the files' headers (read before anything else, so a typo answers at once)."""
-    user, item, timestamp = c.get("data.user_column"), c.get("data.item_column"), c.get("data.timestamp_column")
+    user, item, timestamp = c["data.user_column"], c["data.item_column"], c["data.timestamp_column"]
     named = [user, item] + ([timestamp] if timestamp else [])  # a named timestamp column must exist: without it
     logs = {"train_path": named, "test_path": named, "validation_path": named}  # the split would be in file order
     tables = {"item_features_path": (item, "data.item_features"), "user_features_path": (user, "data.user_features")}
     for name in identity.INPUT_KEYS:
-        path = c.get(f"data.{name}")
+        path = c[f"data.{name}"]
         if not path or not Path(path).is_file():
             continue
         if name in tables:
             id_column, spec = tables[name]
-            required = [id_column] + [part.split(":")[0].strip() for part in c.get(spec, "").split(",") if part.strip()]
+            required = [id_column] + [part.split(":")[0].strip() for part in c[spec].split(",") if part.strip()]
             fmt = "auto"
         else:
-            required, fmt = logs[name], c.get("data.format", "auto")
+            required, fmt = logs[name], c["data.format"]
         try:
             header = _header(path, fmt)
         except InputError as e:
@@ -198,16 +212,16 @@ MIN_SHARD_BYTES = 16 << 10  # input bytes a partition holds at least: more parti
 def _shards(c: Mapping[str, Any]) -> Iterator[Problem]:
     """``data.num_shards`` no larger than the input files can fill (:data:`MIN_SHARD_BYTES` each): beyond that the
     partitions are near-empty files by the ten thousand."""
-    if c.get("data.num_shards", 1) <= 1:
+    if c["data.num_shards"] <= 1:
         return
-    paths = [c[f"data.{name}"] for name in ("train_path", "test_path", "validation_path") if c.get(f"data.{name}")]
+    paths = [c[f"data.{name}"] for name in ("train_path", "test_path", "validation_path") if c[f"data.{name}"]]
     try:
         size = sum(sum(f.stat().st_size for f in Path(p).rglob("*") if f.is_file()) if Path(p).is_dir()
                    else Path(p).stat().st_size for p in paths)
     except OSError:
         return
-    streaming = c.get("data.streaming", "off")
-    if streaming == "off" or (streaming == "auto" and size < c.get("data.streaming_min_mb", 0) * (1 << 20)):
+    streaming = c["data.streaming"]
+    if streaming == "off" or (streaming == "auto" and size < c["data.streaming_min_mb"] * (1 << 20)):
         return  # one partition: num_shards is not used
     most = max(1, size // MIN_SHARD_BYTES)
     if c["data.num_shards"] > most:
@@ -215,12 +229,11 @@ def _shards(c: Mapping[str, Any]) -> Iterator[Problem]:
                                   f"{MIN_SHARD_BYTES // 1024} KiB each; use at most {most}")
 
 
-def _index_factory(c: Mapping[str, Any], content_terms: Optional[int] = None) -> Iterator[Problem]:
+def _index_factory(c: Settled, content_terms: Optional[int] = None) -> Iterator[Problem]:
     """``index.factory`` is a string FAISS can build at the exported vectors' width (``layout.score_layout``; a named
     factory, ``auto``, always is): checked here, not after the whole training."""
-    layout = score_layout(c, content_terms)
-    factory, dimension = str(c.get("index.factory", "auto")).strip(), layout and layout.dimension
-    if factory.lower() == "auto" or not dimension:  # the default, without loading FAISS (index.factory.NAMED)
+    factory, dimension = str(c["index.factory"]).strip(), score_layout(c, content_terms).dimension
+    if factory.lower() == "auto":  # the default, without loading FAISS (index.factory.NAMED)
         return
     import faiss  # about a second, only for an explicit factory
 
@@ -244,7 +257,7 @@ def check_index(config: Mapping, n_items: int, content_terms: Optional[int] = No
     from retrieval.index.factory import NAMED, codebook_size
 
     if content_terms is not None:
-        for key, message in _index_factory(dict(flatten(config)), content_terms):
+        for key, message in _index_factory(Settled(config), content_terms):
             raise InputError(message, field=f"config.{key}")
     factory = str(config["index"]["factory"]).strip()
     if factory.lower() not in NAMED and codebook_size(factory) > n_items:
@@ -252,32 +265,31 @@ def check_index(config: Mapping, n_items: int, content_terms: Optional[int] = No
                          f"catalogue; use fewer IVF lists, fewer PQ bits, or Flat", field="config.index.factory")
 
 
-def _model(c: Mapping[str, Any]) -> Iterator[Problem]:
-    model_type = c.get("model_type", "two_tower")
+def _model(c: Settled) -> Iterator[Problem]:
+    model_type = c["model_type"]
     needed = {"two_tower": ("model.embedding_dim", "train.epochs"), "item2vec": ("item2vec.epochs",)}
     for key in needed.get(model_type, ()):
-        if key not in c:
+        if key not in c.given:
             yield "model_type", f"{model_type!r} needs config.{key} (start from configs/{model_type}.py)"
-    sampled = model_config.samples_negatives(c.get("model.objective.name", ""), c.get("model.objective.negatives",
-                                                                                        "sampled"))
-    if sampled and c.get("model.objective.num_negatives", 1) < 1:
+    sampled = model_config.samples_negatives(c["model.objective.name"], c["model.objective.negatives"])
+    if sampled and c["model.objective.num_negatives"] < 1:
         yield "model.objective.num_negatives", f"{c['model.objective.name']} with sampled negatives needs at least 1"
-    if c.get("model.objective.output_table") and not sampled:
+    if c["model.objective.output_table"] and not sampled:
         yield "model.objective.output_table", ("the output table needs sampled negatives: "
                                                f"{model_config.sampled_objectives()}")
     for key, what in (("content_match", "the content-match term"), ("content_profile_weight", "the content profile")):
-        if c.get(f"model.item_tower.{key}") and c.get("model.user_tower.pooling") == "self_attention":
+        if c[f"model.item_tower.{key}"] and c["model.user_tower.pooling"] == "self_attention":
             yield f"model.item_tower.{key}", (f"{what} pools the history's features: it needs "
                                               "model.user_tower.pooling 'mean' or 'attention'")
-    if c.get("model.item_tower.cold_head") and not c.get("model.item_tower.id_dropout"):
+    if c["model.item_tower.cold_head"] and not c["model.item_tower.id_dropout"]:
         yield "model.item_tower.cold_head", ("the cold head learns from the dropped ids: it needs "
                                              "model.item_tower.id_dropout > 0")
-    if c.get("model.item_tower.content_profile_weight") and c.get("model.objective.output_table"):
+    if c["model.item_tower.content_profile_weight"] and c["model.objective.output_table"]:
         yield "model.item_tower.content_profile_weight", "the content profile needs the item tower, not output_table"
-    elif c.get("model.item_tower.content_profile_weight") and not c.get("model.item_tower.cold_head"):
+    elif c["model.item_tower.content_profile_weight"] and not c["model.item_tower.cold_head"]:
         yield "model.item_tower.content_profile_weight", ("the content profile is the cold head's term: it needs "
                                                           "model.item_tower.cold_head")
-    if c.get("train.strategy") == "parameter_server" and c.get("train.jit_compile") == "on":
+    if c["train.strategy"] == "parameter_server" and c["train.jit_compile"] == "on":
         yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:
         yield "item2vec.negative_group", (f"must divide item2vec.batch_size {c['item2vec.batch_size']}, got "
@@ -296,11 +308,11 @@ def _step_bytes(c: Mapping[str, Any]) -> tuple[int, str]:
     """A lower bound of one two-tower training step's memory, and how it was counted: the float32 history
     embeddings of the batch and its logits ([batch, batch + negatives] in-batch, [batch, negatives] sampled)."""
     batch, history = c["train.batch_size"], c["model.max_history"]
-    width = c.get("model.item_tower.id_embedding_dim", c["model.embedding_dim"])
-    if not c.get("model.user_tower.share_item_embeddings", True):
-        width = c.get("model.user_tower.history_embedding_dim", width)
-    name, negatives = c.get("model.objective.name", "in_batch"), c.get("model.objective.num_negatives", 0)
-    sampled = model_config.samples_negatives(name, c.get("model.objective.negatives", "sampled"))
+    width = c["model.item_tower.id_embedding_dim"]
+    if not c["model.user_tower.share_item_embeddings"]:
+        width = c["model.user_tower.history_embedding_dim"]
+    name, negatives = c["model.objective.name"], c["model.objective.num_negatives"]
+    sampled = model_config.samples_negatives(name, c["model.objective.negatives"])
     columns = max(negatives, 1) if sampled or name.startswith("full_") else batch + negatives
     return 4 * batch * (history * width + columns), (f"{batch} x {history} history embeddings of width {width} and "
                                                        f"{batch} x {columns} logits, float32")
@@ -314,9 +326,9 @@ def machine_workers() -> int:
 def _machine(c: Mapping[str, Any]) -> Iterator[Problem]:
     """Local processes and threads beyond what this machine's cores can run (a remote Dask cluster is not counted)."""
     most = machine_workers()
-    local = {"item2vec.threads": True, "data.engine_workers": not c.get("data.engine_address")}
+    local = {"item2vec.threads": True, "data.engine_workers": not c["data.engine_address"]}
     for key, counted in local.items():
-        if counted and c.get(key, 0) > most:
+        if counted and c[key] > most:
             yield key, f"{c[key]} is more than this machine's {os.cpu_count()} cores can run (at most {most})"
 
 
@@ -331,11 +343,11 @@ def _memory(c: Mapping[str, Any]) -> Iterator[Problem]:
         step, how = _step_bytes(c)
         needs.append(("train.batch_size", step, f"one training step ({how})", "train.batch_size or model.max_history"))
     if "data.shuffle_buffer" in c:
-        example = 4 * (c.get("model.max_history", 1) + 4)
+        example = 4 * (c["model.max_history"] + 4)
         needs.append(("data.shuffle_buffer", c["data.shuffle_buffer"] * example,
                       f"the shuffle buffer ({c['data.shuffle_buffer']} examples of {example} bytes)", "it"))
-    if c.get("model.objective.estimator_buckets"):
-        buckets, hashes = c["model.objective.estimator_buckets"], c.get("model.objective.estimator_hashes", 1)
+    if c["model.objective.estimator_buckets"]:
+        buckets, hashes = c["model.objective.estimator_buckets"], c["model.objective.estimator_hashes"]
         needs.append(("model.objective.estimator_buckets", 16 * buckets * hashes,
                       f"the frequency estimator ({buckets} buckets x {hashes} hashes x 16 bytes)",
                       "it or model.objective.estimator_hashes"))
@@ -353,29 +365,29 @@ def table_bytes(c: Mapping[str, Any], n_items: int, n_users: int) -> int:
     """The bytes of a model's id embedding tables with their optimizer slots, once the vocabularies are known:
     item ids (and a separate history table, an output table, a user-id table where configured) for the two-tower
     model, input and output vectors for Item2Vec."""
-    if c.get("model_type", "two_tower") == "item2vec":
+    if c["model_type"] == "item2vec":
         return 2 * 4 * n_items * c["item2vec.dim"]
     dim = c["model.embedding_dim"]
-    widths = [c.get("model.item_tower.id_embedding_dim", dim)]
-    if not c.get("model.user_tower.share_item_embeddings", True):
-        widths.append(c.get("model.user_tower.history_embedding_dim", dim))
-    if c.get("model.objective.output_table"):
+    widths = [c["model.item_tower.id_embedding_dim"]]
+    if not c["model.user_tower.share_item_embeddings"]:
+        widths.append(c["model.user_tower.history_embedding_dim"])
+    if c["model.objective.output_table"]:
         widths.append(dim + 1)
-    user_width = c.get("model.user_tower.user_id_embedding_dim", 0)
+    user_width = c["model.user_tower.user_id_embedding_dim"]
     weights = n_items * sum(widths) + n_users * user_width
-    return 4 * weights * (1 + OPTIMIZER_SLOTS.get(c.get("train.optimizer", "adam"), 2))
+    return 4 * weights * (1 + OPTIMIZER_SLOTS.get(c["train.optimizer"], 2))
 
 
 def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
     """Raises ``InputError`` before a model is built when its embedding tables and their optimizer slots alone
     exceed this machine's memory (``train.strategy`` parameter_server keeps them on other machines: not checked)."""
-    c = dict(flatten(config))
+    c = Settled(config)
     available = physical_memory_bytes()
-    if not available or c.get("train.strategy") == "parameter_server":
+    if not available or c["train.strategy"] == "parameter_server":
         return
     needed = table_bytes(c, n_items, n_users)
     if needed > available:
-        key = "item2vec.dim" if c.get("model_type") == "item2vec" else "model.embedding_dim"
+        key = "item2vec.dim" if c["model_type"] == "item2vec" else "model.embedding_dim"
         raise InputError(f"the embedding tables of {n_items} items and {n_users} users need at least "
                          f"{needed / 2**30:.1f} GiB with their optimizer slots, more than this machine's "
                          f"{available / 2**30:.1f} GiB of memory; lower the embedding widths, raise "
@@ -402,7 +414,7 @@ def config_problems(config: Mapping) -> list[Problem]:
     """Every problem of ``config``: unknown keys and values breaking their rule first, then the cross-key checks
     (they rely on types and ranges: one that trips on a refused value is skipped, its cause already reported), so
     that several mistakes are reported at once."""
-    flat = dict(flatten(config))
+    flat = Settled(config)
     problems = key_problems(config)
     refused = {key for key, _ in problems}
     for check in CROSS_CHECKS:
@@ -431,15 +443,15 @@ def check_feature_tables(config: Mapping) -> None:
     little with the training log's items (``validate.table_overlap``, the refresh's check: its rows would be served
     as items nobody clicked); ``InputError`` naming the file, column and row. Run on a valid configuration, before
     TensorFlow loads: these contents were found only after it (6-13 s), the refresh finds them in 1-2 s."""
-    c = dict(flatten(config))
+    c = Settled(config)
     for which, id_column in (("item", c["data.item_column"]), ("user", c["data.user_column"])):
-        path = c.get(f"data.{which}_features_path")
+        path = c[f"data.{which}_features_path"]
         if not path:
             continue
-        table = catalogue.read_table(path, id_column, c.get(f"data.{which}_features", ""), f"data.{which}_features")
+        table = catalogue.read_table(path, id_column, c[f"data.{which}_features"], f"data.{which}_features")
         if which == "item":
-            columns = readers.ColumnNames(c["data.user_column"], id_column, c.get("data.timestamp_column") or None)
-            log = readers.distinct_items(c["data.train_path"], c.get("data.format", "auto"), columns)
+            columns = readers.ColumnNames(c["data.user_column"], id_column, c["data.timestamp_column"] or None)
+            log = readers.distinct_items(c["data.train_path"], c["data.format"], columns)
             validate.table_overlap(table[id_column], log, path, id_column)
 
 

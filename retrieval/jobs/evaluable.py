@@ -56,10 +56,10 @@ def check_prepared(paths: artifacts.RunPaths, config: ml_collections.ConfigDict,
     check(paths, config.eval.exclude_train,
           "config.data.test_path" if config.data.split == "files" else "config.data.split")
     item_vocab = Vocabulary.load(paths.item_vocab)
-    layout = score_layout(dict(config_checks.flatten(config)))  # the content width only the item table can cap
+    layout = score_layout(config_checks.Settled(config))  # the content width only the item table can cap
     config_checks.check_index(config, item_vocab.size - NUM_RESERVED,
                               handoff.content_terms(config.data, paths, item_vocab)
-                              if layout and layout.content_width else None)
+                              if layout.content_width else None)
     if config.model_type == "item2vec":
         check_word2vec_ids(paths, settings)
 

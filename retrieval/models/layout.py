@@ -36,23 +36,20 @@ class ScoreLayout:
         return self.block_width * self.heads + self.content_width + int(self.bias)
 
 
-def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None) -> Optional[ScoreLayout]:
-    """The layout a run's config exports (``config``: its flattened dotted keys, ``config_checks.flatten``); None when
-    the config does not name a width. ``content_terms``: the catalogue's content vector width
+def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None) -> ScoreLayout:
+    """The layout a run's config exports (``config``: every declared key by its dotted name, the config's value or
+    the declared default: ``config_checks.Settled``). ``content_terms``: the catalogue's content vector width
     (``retrieval.data.content.layout``), None before the data is known (the content width is then its most)."""
-    if config.get("model_type", "two_tower") == "item2vec":
-        dim = config.get("item2vec.dim")
-        return ScoreLayout(int(dim)) if dim else None
-    dim = config.get("model.embedding_dim")
-    if not dim:
-        return None
-    if config.get("model.objective.output_table", False):  # [w_i, b_i]: the output table replaces the item tower
+    if config["model_type"] == "item2vec":
+        return ScoreLayout(int(config["item2vec.dim"]))
+    dim = config["model.embedding_dim"]
+    if config["model.objective.output_table"]:  # [w_i, b_i]: the output table replaces the item tower
         return ScoreLayout(int(dim), bias=True)
-    features = bool(str(config.get("data.item_features", "") or "").strip())
-    cold_head = features and bool(config.get("model.item_tower.cold_head", False))
+    features = bool(str(config["data.item_features"] or "").strip())
+    cold_head = features and bool(config["model.item_tower.cold_head"])
     content = 0
-    if features and float(config.get("model.item_tower.content_profile_weight", 0.0) or 0.0) > 0:
-        content = int(config.get("model.item_tower.content_profile_dim", 0))
+    if features and float(config["model.item_tower.content_profile_weight"] or 0.0) > 0:
+        content = int(config["model.item_tower.content_profile_dim"])
         if content_terms is not None:
             content = min(content, int(content_terms))
     return ScoreLayout(int(dim), 2 if cold_head else 1, content)

@@ -49,7 +49,7 @@ def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features,
     assert 4 < terms < 64
     if expected == "capped":
         expected = ScoreLayout(8, heads=2, content_width=terms)
-    flat = {**{f"model.{k}": v for k, v in config_checks.flatten(config)}, "data.item_features": features}
+    flat = config_checks.Settled({"model": config.to_dict(), "data": {"item_features": features}})
     layout = score_layout(flat, terms)
     assert layout == expected
     if config.objective.output_table:  # its sampler draws from the items' counts: no never-clicked items
@@ -67,15 +67,15 @@ def test_the_index_check_refuses_a_factory_at_the_catalogue_configs_width_before
     config = get_config()
     config.data.item_features = FEATURES
     config.index.factory = "PQ128"
-    flat = dict(config_checks.flatten(config))
+    flat = config_checks.Settled(config)
     width = score_layout(flat).dimension
     assert width == 2 * config.model.embedding_dim + config.model.item_tower.content_profile_dim
     problems = list(config_checks._index_factory(flat))
     assert problems and problems[0][0] == "index.factory" and f"dimension {width}" in problems[0][1]
     config.data.item_features = ""  # no item table: one block of 128, which PQ128 splits
-    assert not list(config_checks._index_factory(dict(config_checks.flatten(config))))
+    assert not list(config_checks._index_factory(config_checks.Settled(config)))
     config.data.item_features = FEATURES  # after prepare: the catalogue's 6 terms give 2 x 128 + 6 = 262
     config.index.factory = "PQ131"
-    assert not list(config_checks._index_factory(dict(config_checks.flatten(config)), content_terms=6))
+    assert not list(config_checks._index_factory(config_checks.Settled(config), content_terms=6))
     with pytest.raises(InputError, match="dimension 258"):
         config_checks.check_index(config, 10_000, content_terms=2)
