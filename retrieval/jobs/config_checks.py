@@ -10,6 +10,9 @@ columns in the input files' headers, and settings whose memory alone exceeds the
 reported, one line, through ``InputError``. Nothing here imports TensorFlow (the choices come from
 ``retrieval.settings``), so a mistake answers in about a second.
 
+The checks read a config through :class:`Settled`: every declared key, the config's value or else the declared
+default, so no check keeps a default of its own (a config built by hand may leave keys out).
+
 Adding a key: declare it in its section (its default, rule and meaning, one :class:`~retrieval.config_keys.Key`).
 """
 
