@@ -111,7 +111,6 @@ def top_k(scorer: Scorer, users: Union[int, np.ndarray], n_items: int, k: int,
             scores = scores.copy()
         scores[:, never] = -np.inf
         values, indices = _masked_top_k(scores, local, cols, width)
-        indices[np.isneginf(values)] = -1
         out_idx[start:start + block, :width], out_val[start:start + block, :width] = indices, values
     logging.debug("ranked %d users over %d items in blocks of %d", len(rows), n_items, block)
     return out_idx, out_val
