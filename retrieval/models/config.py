@@ -228,6 +228,12 @@ MODEL = Section("model", (
         "Objectives with sampled negatives only: score candidates with a separate output table plus a per-item bias "
         "(the classic YoutubeDNN softmax layer) instead of the item tower. Item vectors are then [w_i, b_i] and user "
         "vectors [u / temperature, 1]."),
+    Key("popularity_prior", False, flag(),
+        "With the automatic holdout: a popularity prior on the score, logit + beta log(1 + training count), beta "
+        "chosen on the holdout after training among 0-0.5 by NDCG@train.eval_k (0 keeps the towers' ranking; "
+        "retrieval.models.popularity_prior). Exported as one more coordinate (user [u, 1], item [v, T beta "
+        "log(1 + c)]; metric ip). Item towers only, without item features (an item a catalogue refresh adds has no "
+        "count to read)."),
 ), __name__)
 
 

@@ -301,3 +301,45 @@ def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and
     trial, = job.stages.summary("train")["tuning"]["variant_trials"]
     assert not trial["tried"] and "sets" in trial["reason"]
     assert not (job.paths.checkpoints / "tuning" / "self_attention").exists()
+
+
+def test_the_popularity_prior_is_chosen_on_the_holdout_and_exported_as_one_more_coordinate(log_path, tmp_path):
+    """model.popularity_prior: beta is the holdout's best NDCG of the grid (each point re-read here), the exported
+    item vectors end in T beta log(1 + count) of all training data, the user vectors in 1, and /v1/similar compares
+    items by their vectors without that coordinate."""
+    from retrieval.export import load_user_encoder, read_item_embeddings
+    from retrieval.models.popularity_prior import BETAS
+    from retrieval.serving.generator import CandidateGenerator
+
+    sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
+            "train.epochs": 2, "model.popularity_prior": True}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "prior")
+    job.run()
+    prior = job.stages.summary("train")["tuning"]["popularity_prior"]
+    points = {point["beta"]: point for point in prior["points"]}
+    assert list(points) == list(BETAS) and prior["metric"] == f"ndcg@{job.config.train.eval_k}"
+    assert prior["beta"] == max(BETAS, key=lambda beta: (points[beta][prior["metric"]], -beta))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    kept, model = tuning.kept_tuning(run)
+    holdout = tuning.validation_fn(kept, model, *run.vocabularies(), tuning=True)
+    for beta in (0.0, prior["beta"], BETAS[-1]):
+        model.popularity_prior.beta.assign(beta)
+        assert holdout.metrics() == pytest.approx(
+            {key: value for key, value in points[beta].items() if key != "beta"}, abs=1e-6)
+
+    manifest = artifacts.read_json(job.paths.manifest)
+    assert manifest["metric"] == "ip" and manifest["score_prior"] is True
+    ids, vectors = read_item_embeddings(job.paths.item_embeddings)
+    counts = pd.read_parquet(job.paths.train_data)["item_id"].astype(str).value_counts()
+    expected = job.config.model.temperature * prior["beta"] * np.log1p(counts.reindex(ids.astype(str)).fillna(0))
+    np.testing.assert_allclose(vectors[:, -1], expected.to_numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.linalg.norm(vectors[:, :-1], axis=1), 1.0, rtol=1e-5)
+    users = pd.read_parquet(job.paths.train_data)["user_id"].astype(str).unique()[:3].tolist()
+    queries = load_user_encoder(job.paths.user_tower).encode(users, [[], [], []])
+    np.testing.assert_allclose(queries[:, -1], 1.0)
+
+    generator = CandidateGenerator.from_run(job.paths.root)
+    item = str(ids[0])
+    similar = generator.similar(item, k=5)
+    scores = vectors[1:, :-1] @ vectors[0, :-1]
+    assert list(similar.item_ids) == [str(i) for i in ids[1:][np.argsort(-scores, kind="stable")[:5]]]

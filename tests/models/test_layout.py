@@ -1,6 +1,6 @@
 """The exported vectors' width computed without TensorFlow (``retrieval.models.layout``) is the one the built towers
 export, for every layout: one id block, the cold head's two, content coordinates (capped by the catalogue's terms),
-the output table's bias; the up-front index check reads it."""
+the output table's bias, the popularity prior's; the up-front index check reads it."""
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
@@ -36,6 +36,7 @@ def catalogue():
      FEATURES, "capped"),  # more coordinates asked for than the catalogue has terms: all its terms
     ({"objective.name": "sampled_softmax", "objective.num_negatives": 4, "objective.output_table": True}, "",
      ScoreLayout(8, bias=True)),
+    ({"popularity_prior": True}, "", ScoreLayout(8, bias=True)),
 ])
 def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features, expected):
     vocab, tables = catalogue
