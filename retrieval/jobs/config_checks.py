@@ -292,11 +292,6 @@ def _model(c: Settled) -> Iterator[Problem]:
     elif c["model.item_tower.content_profile_weight"] and not c["model.item_tower.cold_head"]:
         yield "model.item_tower.content_profile_weight", ("the content profile is the cold head's term: it needs "
                                                           "model.item_tower.cold_head")
-    if c["model.popularity_prior"] and c["model.objective.output_table"]:
-        yield "model.popularity_prior", "the output table's per-item bias is its prior already: not both"
-    elif c["model.popularity_prior"] and str(c["data.item_features"] or "").strip():
-        yield "model.popularity_prior", ("items placed by their features (a catalogue refresh's) have no training "
-                                         "count for the prior: not with data.item_features")
     if c["train.strategy"] == "parameter_server" and c["train.jit_compile"] == "on":
         yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
     if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:

@@ -178,6 +178,8 @@ def _prior_tuned(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]:
         return tuned, model
     variant_run, restored = kept_tuning(run, build=model is None)  # None: tuned in an earlier attempt
     model = model if model is not None else restored
+    if model.popularity_prior is None:  # with item features or the output table it does not apply
+        return tuned, model
     holdout = validation_fn(variant_run, model, *run.vocabularies(), tuning=True)
     if holdout is None:
         return tuned, model

@@ -136,7 +136,9 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            content_profile=item_tower.content_profile if item_tower is not None else None,
                            heads=2 if item_tower is not None and item_tower.cold_head else 1)
     objective = _objective(c, item_tower or output_table, item_vocab)
-    prior = PopularityPrior(item_vocab.counts, c.temperature) if c.popularity_prior else None
+    # Not with item features: an item a catalogue refresh adds has no count to read (models.popularity_prior).
+    prior = (PopularityPrior(item_vocab.counts, c.temperature)
+             if c.popularity_prior and item_tower is not None and not item_features else None)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table, popularity_prior=prior,
                          temperature=c.temperature, max_history=inference_history or c.max_history,
                          inference_part_size=inference_part_size,

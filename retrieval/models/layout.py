@@ -53,4 +53,5 @@ def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None)
         content = int(config["model.item_tower.content_profile_dim"])
         if content_terms is not None:
             content = min(content, int(content_terms))
-    return ScoreLayout(int(dim), 2 if cold_head else 1, content, bias=bool(config["model.popularity_prior"]))
+    prior = bool(config["model.popularity_prior"]) and not features  # (models.popularity_prior: ID-only towers)
+    return ScoreLayout(int(dim), 2 if cold_head else 1, content, bias=prior)

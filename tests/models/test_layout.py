@@ -73,8 +73,12 @@ def test_the_index_check_refuses_a_factory_at_the_catalogue_configs_width_before
     assert width == 2 * config.model.embedding_dim + config.model.item_tower.content_profile_dim
     problems = list(config_checks._index_factory(flat))
     assert problems and problems[0][0] == "index.factory" and f"dimension {width}" in problems[0][1]
-    config.data.item_features = ""  # no item table: one block of 128, which PQ128 splits
+    config.data.item_features = ""  # no item table: one block of 128 and the popularity prior's coordinate
+    assert score_layout(config_checks.Settled(config)).dimension == 129
+    assert list(config_checks._index_factory(config_checks.Settled(config)))
+    config.index.factory = "PQ43"  # which splits 129
     assert not list(config_checks._index_factory(config_checks.Settled(config)))
+    config.index.factory = "PQ128"
     config.data.item_features = FEATURES  # after prepare: the catalogue's 6 terms give 2 x 128 + 6 = 262
     config.index.factory = "PQ131"
     assert not list(config_checks._index_factory(config_checks.Settled(config), content_terms=6))

@@ -1,6 +1,6 @@
 """The popularity prior (``retrieval.models.popularity_prior``): the exported inner product is the towers' score plus
-``T beta log(1 + c_i)`` (a NumPy reference), 0 at ``beta`` 0; its tuning keeps the best grid value; the config checks
-refuse it where an item could have no count to read."""
+``T beta log(1 + c_i)`` (a NumPy reference), 0 at ``beta`` 0; its tuning keeps the best grid value; it applies to
+ID-only item towers, where every item's count is known."""
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
@@ -53,23 +53,29 @@ def test_tune_keeps_the_best_value_and_the_first_of_a_tie():
     assert points[2] == {"beta": 0.1, "ndcg@20": 0.12, "recall@20": 0.2}
 
 
-@pytest.mark.parametrize("changes,field_message", [
-    ({"data.item_features": "genres:multi"}, "not with data.item_features"),
-    ({"model.objective.name": "sampled_softmax", "model.objective.num_negatives": 4,
-      "model.objective.output_table": True}, "its prior already"),
-])
-def test_the_checks_refuse_the_prior_where_an_item_has_no_count_or_a_bias_already(changes, field_message):
+def test_the_prior_applies_to_id_only_item_towers_and_nowhere_else():
+    """With item features (an item a catalogue refresh adds has no count) or the output table (a per-item bias of its
+    own) the towers get no prior, and the layout the up-front index check reads says so."""
     from configs.two_tower import get_config
+    from retrieval.models.layout import score_layout
 
-    config = get_config()
-    config.model.popularity_prior = True
-    assert not [p for p in config_checks._model(config_checks.Settled(config)) if p[0] == "model.popularity_prior"]
-    for key, value in changes.items():
-        section, _, name = key.rpartition(".")
-        node = config
-        for part in section.split("."):
-            node = node[part]
-        setattr(node, name, value)
-    problems = [message for field, message in config_checks._model(config_checks.Settled(config))
-                if field == "model.popularity_prior"]
-    assert len(problems) == 1 and field_message in problems[0]
+    items = Vocabulary.from_ids([f"i{k}" for k in range(10)] * 2)
+    genres = np.arange(items.size, dtype=np.int32)[:, None] % 3 + 1
+    cases = [({}, None, True), ({"data.item_features": "genres:multi"}, {"genres": genres}, False),
+             ({"model.objective.name": "sampled_softmax", "model.objective.num_negatives": 4,
+               "model.objective.output_table": True}, None, False)]
+    for changes, tables, applies in cases:
+        config = get_config()
+        config.model.popularity_prior = True
+        config.model.user_tower.use_example_age = False
+        for key, value in changes.items():
+            section, _, name = key.rpartition(".")
+            node = config
+            for part in section.split("."):
+                node = node[part]
+            setattr(node, name, value)
+        layout = score_layout(config_checks.Settled(config))
+        model = build_model(config.model, items, Vocabulary.from_ids(["u0"]), tables)
+        assert (model.popularity_prior is not None) == applies
+        assert layout.bias == (applies or bool(config.model.objective.output_table))
+        assert model.catalogue_vectors().shape[1] == layout.dimension
