@@ -72,8 +72,4 @@ def get_config():
     # cannot resolve keeps the simpler towers (the bundled data: the self-attentive tower 0.3160 against the softer
     # towers' 0.3057, kept).
     config.train.variants = ("softer", "self_attention")
-    # A popularity prior on the score (logit + beta log(1 + count), beta chosen on the holdout by NDCG@20, 0 among
-    # the choices): the log-Q correction takes popularity out of the towers' score, and on Gowalla the towers' first
-    # item is rarer than RP3beta's (JOURNAL.md, "Issue 47: a popularity prior, chosen by the run").
-    config.model.popularity_prior = True
     return config

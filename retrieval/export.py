@@ -210,8 +210,7 @@ def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: V
                      run_dir: Union[PathLike, RunPaths]) -> dict:
     """Writes ``user_tower/``, ``item_embeddings.parquet`` and, with item features, ``item_tower/`` of a run; returns
     the manifest fields they imply (``metric``, ``max_history``, ``inference_part_size``, ``dimension``,
-    ``item_similarity``: how the index compares items, ``TwoTowerModel.item_similarity``; ``score_prior``: the last
-    coordinate is the popularity prior's, ``models.popularity_prior``)."""
+    ``item_similarity``: how the index compares items, ``TwoTowerModel.item_similarity``)."""
     paths = run_dir if isinstance(run_dir, RunPaths) else RunPaths(run_dir)
     export_user_tower(model, item_vocab, user_vocab, paths.user_tower)
     vectors = model.catalogue_vectors()
@@ -221,8 +220,7 @@ def export_two_tower(model: TwoTowerModel, item_vocab: Vocabulary, user_vocab: V
     if model.item_tower is not None and model.item_tower.features is not None:
         export_item_tower(model, item_vocab, paths.item_tower)
     return {"metric": model.metric, "max_history": model.max_history, "inference_part_size": model.inference_part_size,
-            "dimension": int(vectors.shape[1]), "item_similarity": model.item_similarity,
-            "score_prior": model.popularity_prior is not None}
+            "dimension": int(vectors.shape[1]), "item_similarity": model.item_similarity}
 
 
 def export_item2vec(vectors: np.ndarray, item_vocab: Vocabulary, run_paths: Union[RunPaths, PathLike],

@@ -78,7 +78,7 @@ def test_user_encoder_pads_truncates_and_batches(vocabs, exported):
     encoder = export.load_user_encoder(paths.root, batch_size=3)  # a run directory works too
     assert (encoder.dimension, encoder.max_history, encoder.metric) == (6, H, "cosine")
     assert fields == {"metric": "cosine", "max_history": H, "inference_part_size": 0, "dimension": 6,
-                      "item_similarity": "vectors", "score_prior": False}
+                      "item_similarity": "vectors"}
     vectors = encoder.encode(USERS, HISTORIES)
     np.testing.assert_allclose(vectors, reference_vectors(model, *vocabs), rtol=1e-5, atol=1e-6)
     # One user alone against the same user in a batch of three: the same function on other shapes, so within a few

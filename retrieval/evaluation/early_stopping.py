@@ -12,6 +12,8 @@ blocked top-k.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 from absl import logging
@@ -22,58 +24,42 @@ from retrieval.evaluation import evaluator, protocols
 from retrieval.export import pad_histories
 
 
-class HoldoutRanking:
-    """The validation ranking of a ``TwoTowerModel``'s current weights (module docstring): called, ``recall@k`` (the
-    early-stopping metric); :meth:`metrics`, every metric at ``k`` (recall, NDCG, ...), e.g. to tune what is chosen
-    after training (``models.popularity_prior``)."""
-
-    def __init__(self, model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: Vocabulary,
-                 user_vocab: Vocabulary, k: int = 20, batch_size: int = 4096):
-        import tensorflow as tf
-
-        self.model, self.k = model, int(k)
-        self.warm = item_vocab.warm[NUM_RESERVED:]
-        self.data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:][self.warm])
-        if not self.warm.all():
-            pairs = int(self.data.counts["count/test_interactions_unknown_item"])
-            logging.info("early stopping: recall@%d among the %d items this model trains on, as the headline (%d "
-                         "cold items and %d validation pair%s left out; an item clicked only in the holdout is cold "
-                         "here)", k, int(self.warm.sum()), int((~self.warm).sum()), pairs, "" if pairs == 1 else "s")
-        self.rows = np.flatnonzero(self.data.test.lengths > 0)
-        self.users = user_vocab.lookup(self.data.user_ids[self.rows]).astype(np.int32)
-        # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.
-        padded = pad_histories(item_ids_recent_first(train, self.data.user_ids[self.rows]), model.max_history)
-        self.history = item_vocab.lookup(padded.ravel()).reshape(padded.shape).astype(np.int32)
-        # One XLA-compiled program for every block (the last one padded to the block size, its padding rows
-        # dropped): the self-attentive tower's pass over 3,000 validation users took 5.1 s eagerly and 1.2 s compiled.
-        self.block_size = max(1, min(batch_size, len(self.rows)))
-        self._encode = tf.function(model.user_vectors, jit_compile=True)
-
-    def metrics(self) -> dict:
-        """Every metric at ``k`` of the model's current weights on the validation users (``evaluator.evaluate``)."""
-        import tensorflow as tf
-
-        model, rows, size = self.model, self.rows, self.block_size
-        user_vectors = np.zeros((len(self.data.user_ids), model.item_vectors(tf.constant([0])).shape[-1]), np.float32)
-        for start in range(0, len(rows), size):
-            block = slice(start, start + size)
-            pad = size - len(self.users[block])
-            vectors = self._encode(tf.constant(np.pad(self.users[block], (0, pad))),
-                                   tf.constant(np.pad(self.history[block], ((0, pad), (0, 0))))).numpy()
-            user_vectors[rows[block]] = vectors[:size - pad]
-        item_vectors = np.concatenate([np.zeros((NUM_RESERVED, user_vectors.shape[1]), np.float32),
-                                       model.catalogue_vectors()[self.warm]])
-        result = evaluator.evaluate(user_vectors, item_vectors, self.data.train, self.data.test, ks=(self.k,),
-                                    baselines=(), n_bootstrap=0, popularity=self.data.popularity)
-        return {key: float(value) for key, value in result.items()
-                if "/" not in key and key.endswith(f"@{self.k}") and isinstance(value, (int, float, np.floating))}
-
-    def __call__(self) -> float:
-        return self.metrics()[f"recall@{self.k}"]
-
-
 def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: Vocabulary,
-              user_vocab: Vocabulary, k: int = 20, batch_size: int = 4096) -> HoldoutRanking:
+              user_vocab: Vocabulary, k: int = 20, batch_size: int = 4096) -> Callable[[], float]:
     """``() -> recall@k`` of ``model``'s current weights (a ``TwoTowerModel``) on ``validation``, ranking the warm
-    items of ``item_vocab`` (module docstring); its ``metrics()`` gives every metric at ``k``."""
-    return HoldoutRanking(model, train, validation, item_vocab, user_vocab, k, batch_size)
+    items of ``item_vocab`` (module docstring)."""
+    import tensorflow as tf
+
+    warm = item_vocab.warm[NUM_RESERVED:]
+    data = protocols.prepare(train, validation, item_vocab.ids[NUM_RESERVED:][warm])
+    if not warm.all():
+        pairs = int(data.counts["count/test_interactions_unknown_item"])
+        logging.info("early stopping: recall@%d among the %d items this model trains on, as the headline (%d cold "
+                     "items and %d validation pair%s left out; an item clicked only in the holdout is cold here)", k,
+                     int(warm.sum()), int((~warm).sum()), pairs, "" if pairs == 1 else "s")
+    rows = np.flatnonzero(data.test.lengths > 0)
+    users = user_vocab.lookup(data.user_ids[rows]).astype(np.int32)
+    # The exported encoder's padding; "" and unknown ids look up to OOV, which the towers mask like padding.
+    padded = pad_histories(item_ids_recent_first(train, data.user_ids[rows]), model.max_history)
+    history = item_vocab.lookup(padded.ravel()).reshape(padded.shape).astype(np.int32)
+
+    # One XLA-compiled program for every block (the last one padded to the block size, its padding rows dropped):
+    # the self-attentive tower's pass over 3,000 validation users took 5.1 s eagerly and 1.2 s compiled.
+    block_size = max(1, min(batch_size, len(rows)))
+    encode = tf.function(model.user_vectors, jit_compile=True)
+
+    def evaluate() -> float:
+        user_vectors = np.zeros((len(data.user_ids), model.item_vectors(tf.constant([0])).shape[-1]), np.float32)
+        for start in range(0, len(rows), block_size):
+            block = slice(start, start + block_size)
+            pad = block_size - len(users[block])
+            vectors = encode(tf.constant(np.pad(users[block], (0, pad))),
+                             tf.constant(np.pad(history[block], ((0, pad), (0, 0))))).numpy()
+            user_vectors[rows[block]] = vectors[:block_size - pad]
+        item_vectors = np.concatenate([np.zeros((NUM_RESERVED, user_vectors.shape[1]), np.float32),
+                                       model.catalogue_vectors()[warm]])
+        result = evaluator.evaluate(user_vectors, item_vectors, data.train, data.test, ks=(k,), baselines=(),
+                                    n_bootstrap=0, popularity=data.popularity)
+        return float(result[f"recall@{k}"])
+
+    return evaluate

@@ -37,7 +37,6 @@ from retrieval.jobs import variants as variants_lib
 from retrieval.jobs import warm_start as warm_start_lib
 
 if TYPE_CHECKING:  # TensorFlow loads only when training runs
-    from retrieval.evaluation.early_stopping import HoldoutRanking
     from retrieval.training import FitResult, StopBelow
 
 PHASES = ("final", "tuning", "refit")  # the configured run; on the training data minus the holdout; after tuning
@@ -84,12 +83,11 @@ def train(run: TrainingRun) -> tuple[Any, dict]:
     tuning record and whether the model was refit)."""
     tuned, tuned_now = tune(run)
     if tuned is not None and not _kept_train(run, tuned).refit:  # the tuned model is the final one
-        model = _with_prior(tuned_now if tuned_now is not None else fit(run, "tuning")[0], tuned)
+        model = tuned_now if tuned_now is not None else fit(run, "tuning")[0]
         return model, {"steps": tuned["steps"], "best_metric": tuned["best_metric"],
                        "best_epoch": tuned["best_epoch"], "stopped_early": tuned["stopped_early"], "tuning": tuned,
                        "refit": False, "sparse_updates": _sparse_updates(model)}
     model, result = refit(run, tuned)
-    model = _with_prior(model, tuned)
     out = {"steps": result.step, "best_metric": result.best_metric, "best_epoch": result.best_epoch,
            "stopped_early": result.stopped_early, "sparse_updates": _sparse_updates(model),
            "final_loss": float(result.history["loss"][-1]) if result.history.get("loss") else None}
@@ -101,8 +99,7 @@ def train(run: TrainingRun) -> tuple[Any, dict]:
 
 def final_model(run: TrainingRun) -> Any:
     """The finished training's model, restored from its checkpoints (a rerun that resumes after the train stage)."""
-    tuned = tune(run)[0]
-    return _with_prior(refit(run, tuned)[0], tuned)
+    return refit(run, tune(run)[0])[0]
 
 
 def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
@@ -124,7 +121,7 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
         return None, None
     record = run.tuning_checkpoints / "record.json"
     if record.exists():
-        return _prior_tuned(run, artifacts.read_json(record), None)
+        return artifacts.read_json(record), None
     t = run.config.train
     suited = [name for name in t.variants if not variants_lib.VARIANTS[name].unsuited(run.config, run.data)]
     logging.info("training in phases, each with its own ETA: tuning on the automatic holdout (early-stopped)%s, then %s",
@@ -165,54 +162,7 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
                      t.eval_metric_name, tuned["best_metric"], rp3beta)
     tuned, model = _try_variants(run, tuned, model)
     artifacts.write_json(record, tuned)
-    return _prior_tuned(run, tuned, model)
-
-
-def _prior_tuned(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]:
-    """The tuning record with the popularity prior's ``beta`` (``model.popularity_prior``), chosen on the holdout with
-    the kept towers' best weights (``models.popularity_prior.tune``, by NDCG at ``train.eval_k``) and written to the
-    record; unchanged without the prior or a validation metric, or when an earlier attempt chose it."""
-    from retrieval.models import popularity_prior
-
-    if not run.config.model.popularity_prior or tuned.get("best_metric") is None or "popularity_prior" in tuned:
-        return tuned, model
-    variant_run, restored = kept_tuning(run, build=model is None)  # None: tuned in an earlier attempt
-    model = model if model is not None else restored
-    if model.popularity_prior is None:  # with item features or the output table it does not apply
-        return tuned, model
-    holdout = validation_fn(variant_run, model, *run.vocabularies(), tuning=True)
-    if holdout is None:
-        return tuned, model
-    metric = f"ndcg@{run.config.train.eval_k}"
-    start = time.monotonic()
-    beta, points = popularity_prior.tune(model.popularity_prior, holdout.metrics, metric)
-    chosen, plain = (next(point for point in points if point["beta"] == value) for value in (beta, 0.0))
-    recall = f"recall@{run.config.train.eval_k}"
-    logging.info("popularity prior: beta %.2f on the holdout (%s %.4f -> %.4f, %s %.4f -> %.4f; %d values in %.0f s)",
-                 beta, metric, plain[metric], chosen[metric], recall, plain[recall], chosen[recall], len(points),
-                 time.monotonic() - start)
-    tuned = {**tuned, "popularity_prior": {"beta": beta, "metric": metric, "points": points}}
-    artifacts.write_json(run.tuning_checkpoints / "record.json", tuned)
     return tuned, model
-
-
-def kept_tuning(run: TrainingRun, build: bool = True) -> tuple[TrainingRun, Any]:
-    """The run as the kept tuning trained it (its variant's config, ``_choice``) and, with ``build``, a model of it
-    holding that tuning's best weights, its counts the tuning part's (``tuning_vocabulary``) as while it trained."""
-    choice = _choice(run)
-    variant_run = dataclasses.replace(run, config=variants_lib.apply(run.config, choice.variant, run.data))
-    if not build:
-        return variant_run, None
-    item_vocab, user_vocab = run.vocabularies()
-    return variant_run, tuned_model(variant_run, _model_maker(variant_run, tuning_vocabulary(run, item_vocab),
-                                                              user_vocab))
-
-
-def _with_prior(model: Any, tuned: Optional[dict]) -> Any:
-    """``model`` with its popularity prior's ``beta`` the tuning record's (0 without one: the towers' ranking)."""
-    if getattr(model, "popularity_prior", None) is not None:
-        model.popularity_prior.beta.assign(float(((tuned or {}).get("popularity_prior") or {}).get("beta", 0.0)))
-    return model
 
 
 TEACHER_DIR = "teacher"  # under checkpoints/tuning: the towers tuned again with the teacher
@@ -502,8 +452,8 @@ def _latest_tuning_checkpoint(run: TrainingRun) -> str:
 
 
 def validation_fn(run: TrainingRun, model: Any, item_vocab: Vocabulary, user_vocab: Vocabulary,
-                  tuning: bool = False) -> Optional[HoldoutRanking]:
-    """Validation recall@k for early stopping (its ``metrics()``: every metric at k) (``train.early_stopping_patience``), or None without validation data
+                  tuning: bool = False) -> Optional[Callable[[], float]]:
+    """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation data
     or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the user sample
     of ``train.eval_max_users``, else of ``eval.max_users``, when set (only those users' rows are read)."""
     from retrieval.evaluation import loading, runs

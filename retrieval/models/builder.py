@@ -16,7 +16,6 @@ from retrieval.models import config as config_lib
 from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
-from retrieval.models.popularity_prior import PopularityPrior
 from retrieval.models.sequence_encoder import SelfAttentionEncoder
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
@@ -136,10 +135,7 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
                            content_profile=item_tower.content_profile if item_tower is not None else None,
                            heads=2 if item_tower is not None and item_tower.cold_head else 1)
     objective = _objective(c, item_tower or output_table, item_vocab)
-    # Not with item features: an item a catalogue refresh adds has no count to read (models.popularity_prior).
-    prior = (PopularityPrior(item_vocab.counts, c.temperature)
-             if c.popularity_prior and item_tower is not None and not item_features else None)
-    return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table, popularity_prior=prior,
+    return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,
                          inference_part_size=inference_part_size,
                          every_position=sequence_encoder is not None and c.user_tower.sequence.every_position)

@@ -228,12 +228,6 @@ MODEL = Section("model", (
         "Objectives with sampled negatives only: score candidates with a separate output table plus a per-item bias "
         "(the classic YoutubeDNN softmax layer) instead of the item tower. Item vectors are then [w_i, b_i] and user "
         "vectors [u / temperature, 1]."),
-    Key("popularity_prior", False, flag(),
-        "With the automatic holdout: a popularity prior on the score, logit + beta log(1 + training count), beta "
-        "chosen on the holdout after training among 0-0.5 by NDCG@train.eval_k (0 keeps the towers' ranking; "
-        "retrieval.models.popularity_prior). Exported as one more coordinate (user [u, 1], item [v, T beta "
-        "log(1 + c)]; metric ip). Applies to item towers without item features only (an item a catalogue refresh "
-        "adds has no count to read; not with objective.output_table, whose per-item bias is a prior already)."),
 ), __name__)
 
 

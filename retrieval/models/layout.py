@@ -8,8 +8,7 @@ A two-tower run exports items as ``[id block(s), content coordinates, bias]``:
 - with the content profile (``model.item_tower.content_profile_weight > 0`` and an item table), its fixed content
   coordinates: ``model.item_tower.content_profile_dim`` of them, fewer when the catalogue's features have fewer terms
   (``retrieval.data.content.projection`` keeps them all then);
-- with the YoutubeDNN output table (``model.objective.output_table``), its per-item bias as one more coordinate; with
-  the popularity prior (``model.popularity_prior``), the prior's (``retrieval.models.popularity_prior``).
+- with the YoutubeDNN output table (``model.objective.output_table``), its per-item bias as one more coordinate.
 
 Item2Vec exports ``item2vec.dim``. The up-front config check reads the width before the data is known (the content
 width at its most), the prepared-data check with the catalogue's own term count; the towers build the same blocks
@@ -53,5 +52,4 @@ def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None)
         content = int(config["model.item_tower.content_profile_dim"])
         if content_terms is not None:
             content = min(content, int(content_terms))
-    prior = bool(config["model.popularity_prior"]) and not features  # (models.popularity_prior: ID-only towers)
-    return ScoreLayout(int(dim), 2 if cold_head else 1, content, bias=prior)
+    return ScoreLayout(int(dim), 2 if cold_head else 1, content)

@@ -5,8 +5,7 @@ by the *global* batch size (``distributed.average_loss``) so that summing the re
 of the global batch. The logged ``loss`` is the exact mean per-example loss over all replicas (a ``Mean`` metric).
 
 Retrieval scores are ``score(u, i) = user_vectors(u) . item_vectors(i)``; for the classic YoutubeDNN output table the
-bias is folded in: ``[u / T, 1] . [w_i, b_i] = (u . w_i) / T + b_i``, the training logit without the correction; with
-a popularity prior (``models.popularity_prior``) the prior is: ``[u, 1] . [v_i, T beta log(1 + c_i)]``.
+bias is folded in: ``[u / T, 1] . [w_i, b_i] = (u . w_i) / T + b_i``, the training logit without the correction.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from retrieval import distributed
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.models.layers import MASK_BELOW, interleaved_parts, masked_mean
 from retrieval.models.objectives import OutputTable
-from retrieval.models.popularity_prior import PopularityPrior
 from retrieval.models.sequence_encoder import LENGTH_BUCKETS, every_position_targets, length_buckets
 from retrieval.models.towers import ItemTower, UserTower
 
@@ -40,8 +38,6 @@ class TwoTowerModel(tfrs.Model):
       inference_part_size: 0, or the size of the parts a longer history is dealt into at inference (set data): the
         user vector is then the mean of the parts' vectors (re-normalised when the tower L2-normalises), so the
         tower pools histories as long as the random subsets it was trained on (see ``user_vectors``).
-      popularity_prior: the score's popularity prior (``models.popularity_prior``; item towers only): one more
-        coordinate of the exported vectors, ``beta`` 0 until the tuning sets it.
       every_position: train on every history position at once (a sequence encoder's user tower): the user vector
         after each history item is scored against the item that followed it (``sequence_encoder.
         every_position_targets``), and the loss is the mean over those positions (``compute_loss``).
@@ -50,12 +46,10 @@ class TwoTowerModel(tfrs.Model):
     def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, *,
                  item_tower: Optional[ItemTower] = None, output_table: Optional[OutputTable] = None,
                  temperature: float = 1.0, max_history: int = 50, inference_part_size: int = 0,
-                 every_position: bool = False, popularity_prior: Optional[PopularityPrior] = None):
+                 every_position: bool = False):
         super().__init__()
         if (item_tower is None) == (output_table is None):
             raise ValueError("a TwoTowerModel has either an item tower or an output table")
-        if popularity_prior is not None and output_table is not None:
-            raise ValueError("the output table's bias is its prior: no popularity prior beside it")
         self.user_tower = user_tower
         self.item_tower = item_tower
         self.objective = objective
@@ -64,17 +58,14 @@ class TwoTowerModel(tfrs.Model):
         self.max_history = int(max_history)
         self.inference_part_size = int(inference_part_size)
         self.every_position = bool(every_position)
-        self.popularity_prior = popularity_prior
         self.loss_tracker = tf.keras.metrics.Mean(name="loss")
 
     @property
     def metric(self) -> str:
         """Similarity of the exported vectors: "cosine" when both towers are L2-normalised (and neither content-profile
-        coordinates nor a cold head nor a popularity prior widen them), else "ip" (inner product: the index's name
-        for it)."""
+        coordinates nor a cold head widen them), else "ip" (inner product: the index's name for it)."""
         normalized = (self.item_tower is not None and self.item_tower.l2_normalize and self.user_tower.l2_normalize
-                      and self.item_tower.content_profile is None and not self.item_tower.cold_head
-                      and self.popularity_prior is None)
+                      and self.item_tower.content_profile is None and not self.item_tower.cold_head)
         return "cosine" if normalized else "ip"
 
     @property
@@ -171,17 +162,12 @@ class TwoTowerModel(tfrs.Model):
             query = self.user_tower.normalize(query)
         else:
             query = self.user_tower({"user": user, "history": history})
-        if self.output_table is not None:
-            return tf.concat([query / self.temperature, tf.ones_like(query[:, :1])], axis=1)
-        if self.popularity_prior is not None:
-            return tf.concat([query, tf.ones_like(query[:, :1])], axis=1)
-        return query
+        if self.output_table is None:
+            return query
+        return tf.concat([query / self.temperature, tf.ones_like(query[:, :1])], axis=1)
 
     def item_vectors(self, indices: tf.Tensor) -> tf.Tensor:
-        """Exported item vectors for item indices [N]: the item tower (with the popularity prior's coordinate), or
-        ``[w_i, b_i]`` of the output table."""
-        if self.popularity_prior is not None:
-            return tf.concat([self.item_tower(indices), self.popularity_prior(indices)[:, tf.newaxis]], axis=1)
+        """Exported item vectors for item indices [N]: the item tower, or ``[w_i, b_i]`` of the output table."""
         if self.output_table is None:
             return self.item_tower(indices)
         weights, bias = self.output_table(indices)

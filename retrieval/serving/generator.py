@@ -212,8 +212,7 @@ class CandidateGenerator:
     def similar(self, item_id: str, k: int = 10) -> Candidates:
         """The ``k`` nearest items to ``item_id``'s own embedding, itself excluded: in the run's item-to-item index
         when it has one (``index/similar/``: warm and cold items compared by the correlation of their scores over
-        users, the vectors folded, ``retrieval.index.similar``), else in its item index (without the popularity
-        prior's coordinate, ``score_prior`` in the manifest)."""
+        users, the vectors folded, ``retrieval.index.similar``), else in its item index."""
         position = self.index.id_map.positions_of([item_id])[0]
         if position < 0:
             removed = self.vocabulary is not self.index.id_map and self.vocabulary.positions_of([item_id])[0] >= 0
@@ -221,12 +220,7 @@ class CandidateGenerator:
                                    "histories still read it)" if removed else f"unknown item {item_id!r}",
                                    field="item_id")
         index = self.index if self.index.similar is None else self.index.similar
-        query = self.similar_vectors[position]
-        if self.index.similar is None and self.manifest.get("score_prior"):
-            # The popularity prior's coordinate (models.popularity_prior) is the query's 0: items compared by their
-            # vectors alone, as without the prior, not tilted towards the popular ones.
-            query = np.concatenate([query[:-1], np.zeros(1, query.dtype)])
-        neighbours = index.search(query, k + 1)
+        neighbours = index.search(self.similar_vectors[position], k + 1)
         (indices, scores), = self._first_k(neighbours.indices, neighbours.scores,
                                            [self.index.id_map.indices[[position]]], k)
         return Candidates(self.index.id_map.ids_of(indices), scores)

@@ -1,6 +1,6 @@
 """The exported vectors' width computed without TensorFlow (``retrieval.models.layout``) is the one the built towers
 export, for every layout: one id block, the cold head's two, content coordinates (capped by the catalogue's terms),
-the output table's bias, the popularity prior's; the up-front index check reads it."""
+the output table's bias; the up-front index check reads it."""
 
 import retrieval  # noqa: F401, I001  (first: sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import numpy as np
@@ -36,7 +36,6 @@ def catalogue():
      FEATURES, "capped"),  # more coordinates asked for than the catalogue has terms: all its terms
     ({"objective.name": "sampled_softmax", "objective.num_negatives": 4, "objective.output_table": True}, "",
      ScoreLayout(8, bias=True)),
-    ({"popularity_prior": True}, "", ScoreLayout(8, bias=True)),
 ])
 def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features, expected):
     vocab, tables = catalogue
@@ -73,12 +72,8 @@ def test_the_index_check_refuses_a_factory_at_the_catalogue_configs_width_before
     assert width == 2 * config.model.embedding_dim + config.model.item_tower.content_profile_dim
     problems = list(config_checks._index_factory(flat))
     assert problems and problems[0][0] == "index.factory" and f"dimension {width}" in problems[0][1]
-    config.data.item_features = ""  # no item table: one block of 128 and the popularity prior's coordinate
-    assert score_layout(config_checks.Settled(config)).dimension == 129
-    assert list(config_checks._index_factory(config_checks.Settled(config)))
-    config.index.factory = "PQ43"  # which splits 129
+    config.data.item_features = ""  # no item table: one block of 128, which PQ128 splits
     assert not list(config_checks._index_factory(config_checks.Settled(config)))
-    config.index.factory = "PQ128"
     config.data.item_features = FEATURES  # after prepare: the catalogue's 6 terms give 2 x 128 + 6 = 262
     config.index.factory = "PQ131"
     assert not list(config_checks._index_factory(config_checks.Settled(config), content_terms=6))

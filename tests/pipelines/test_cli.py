@@ -47,7 +47,7 @@ def probe(module: str, *args: str, env: dict | None = None) -> tuple[dict, str, 
     (("--config.train.batch_size=1000000000",), "config.train.batch_size': must be an integer in [1, 1048576]"),
     (("--output_dir=/proc/retrieval",), "output_dir"),
     (("--config.index.factory=IVF64,Bogus",),  # else refused only after the whole training
-     "config.index.factory': FAISS cannot build 'IVF64,Bogus' for vectors of dimension 129"),
+     "config.index.factory': FAISS cannot build 'IVF64,Bogus' for vectors of dimension 128"),
 ])
 def test_bad_input_exits_2_before_tensorflow_loads(tmp_path, args, message):
     args = (f"--output_dir={tmp_path}", "--run_id=r1", *args)
