@@ -82,7 +82,15 @@ class Rule:
 
     def refusal(self, value: Any) -> Optional[str]:
         """Why ``value`` is refused ("must be ..., got ..."), or None when the rule accepts it."""
-        return None if self.accepts(value) else f"must be {self.allowed()}, got {shown(value)}"
+        if self.accepts(value):
+            return None
+        hint = ""
+        if self.kind in ("ints", "strs") and isinstance(value, (tuple, list)) and len(value) == 1 and "," in str(value[0]):
+            # ml_collections reads --config.key=a,b as the one-item tuple ('a,b',): say how a tuple is written.
+            items = ", ".join(repr(part.strip()) if self.kind == "strs" else part.strip()
+                              for part in str(value[0]).split(","))
+            hint = f' (on the command line a tuple is written in parentheses: "({items})")'
+        return f"must be {self.allowed()}, got {shown(value)}{hint}"
 
     def allowed(self) -> str:
         """What the rule accepts, in words (completes "must be ...")."""

@@ -46,6 +46,9 @@ def probe(module: str, *args: str, env: dict | None = None) -> tuple[dict, str, 
      "config.data.timestamp_column': data/interactions.csv has no column(s) ['tstamp']"),
     (("--config.train.batch_size=1000000000",), "config.train.batch_size': must be an integer in [1, 1048576]"),
     (("--output_dir=/proc/retrieval",), "output_dir"),
+    (("--config.eval.baselines=most_popular,rp3beta",),  # a comma list is read as one name: say how to write it
+     "got ('most_popular,rp3beta',) (on the command line a tuple is written in parentheses: "
+     "\"('most_popular', 'rp3beta')\")"),
     (("--config.index.factory=IVF64,Bogus",),  # else refused only after the whole training
      "config.index.factory': FAISS cannot build 'IVF64,Bogus' for vectors of dimension 128"),
 ])
