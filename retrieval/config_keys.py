@@ -27,7 +27,7 @@ import dataclasses
 import math
 import numbers
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import ml_collections
 
@@ -252,3 +252,24 @@ def _parent(config: Any, name: str, create: bool = False) -> tuple[Any, str]:
             config[parent] = ml_collections.ConfigDict()
         config = config[parent]
     return config, leaf
+
+
+def flatten(config: Mapping, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``("data.train_path", value)`` for every leaf of a ConfigDict or nested dict; sections are not leaves."""
+    for key, value in config.items():
+        if isinstance(value, (Mapping, ml_collections.ConfigDict)):
+            yield from flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+class Settled(dict):
+    """Every key of ``sections`` by its dotted name: the config's value, or the key's declared default where the config
+    leaves it out (a config built by hand, or an older run's ``config.json``), so that a reader reads one value per
+    key, never a default of its own; ``given``: the keys the config itself sets (of any section)."""
+
+    def __init__(self, config: Mapping, sections: Sequence[Section]):
+        given = dict(flatten(config))
+        super().__init__({**{name: value for section in sections for name, value in section.defaults().items()},
+                          **given})
+        self.given = frozenset(given)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from retrieval import locations
 from retrieval.config_keys import (
     BATCH,
     COUNT,
@@ -46,6 +47,16 @@ SPARSE_UPDATES_MIN_ROWS = 50_000  # "auto": lazy optimizer from this many rows i
 
 
 # The train section (``config.train``), declared once (retrieval.config_keys): each key's default, rule and meaning.
+# The top-level keys of every pipeline config.
+TOP = Section("", (
+    Key("name", "run", text(pattern=locations.NAME_PATTERN.pattern, pattern_doc=locations.NAME_RULE),
+        "Name of the model directory: runs go to <output_dir>/<name>/<run_id>/, the published one is <name>/latest."),
+    Key("seed", 42, SEED,
+        "Seed of every random choice (split, sampling, initialisation, shuffling); recorded in the run's manifest."),
+    Key("model_type", "two_tower", one_of(MODEL_TYPES),
+        'Which trainer runs: "two_tower" (TwoTowerModel) or "item2vec".'),
+), __name__)
+
 TRAIN = Section("train", (
     Key("epochs", 8, EPOCHS,
         "Passes over the training examples; training runs exactly epochs * ceil(examples / batch_size) steps. "

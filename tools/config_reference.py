@@ -30,7 +30,7 @@ def shipped_configs() -> list[str]:
 
 
 def _values(name: str) -> dict[str, Any]:
-    from retrieval.jobs.config_checks import flatten
+    from retrieval.config_keys import flatten
 
     return dict(flatten(importlib.import_module(f"configs.{name}").get_config().to_dict()))
 

@@ -21,12 +21,15 @@ import pandas as pd
 from absl import logging
 
 from retrieval import artifacts, export
+from retrieval.config_keys import Settled
 from retrieval.data import order as order_lib
 from retrieval.data import readers, splits, validate
+from retrieval.data.config import DATA
 from retrieval.data.histories import item_ids_recent_first
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.errors import InputError
 from retrieval.evaluation import protocols
+from retrieval.settings import TOP
 
 
 def _normalize(vectors: np.ndarray) -> np.ndarray:
@@ -126,10 +129,12 @@ def protocol_of(run_dir, test_path: Optional[str] = None) -> tuple[str, str]:
     explicit test file wins."""
     if test_path:
         return "files", protocols.describe("files", test_path=test_path) + _order_note(run_dir)
-    config = read_json_if_present(artifacts.RunPaths(run_dir).config)
-    data = config.get("data", {})
-    name = data.get("split")
+    stored = read_json_if_present(artifacts.RunPaths(run_dir).config)
+    if "data" not in stored:
+        return "unknown", "the run's data/test.parquet (split not recorded in config.json)"
+    config = Settled(stored, (TOP, DATA))
+    name = config["data.split"]
     if name in splits.SPLITS:
-        holdout = splits.Holdout.of(data, seed=config.get("seed", 0))
+        holdout = splits.Holdout.of(stored["data"], seed=config["seed"])
         return name, splits.SPLITS[name].describe(holdout) + _order_note(run_dir)
     return "unknown", "the run's data/test.parquet (split not recorded in config.json)"

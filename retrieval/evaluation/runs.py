@@ -24,29 +24,28 @@ import pyarrow.dataset as ds
 from absl import logging
 
 from retrieval import artifacts
+from retrieval.config_keys import Settled
 from retrieval.data import catalogue as catalogue_lib
 from retrieval.data import content, features
+from retrieval.data.config import DATA
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
 from retrieval.evaluation import baseline_tuning, cold_items, evaluator, loading, protocols, ranking, report
 from retrieval.evaluation import baselines as baselines_lib
+from retrieval.evaluation.config import EVAL
+from retrieval.settings import TOP
 
-DEFAULTS = {"ks": evaluator.DEFAULT_KS, "exclude_train": True, "baselines": baselines_lib.NAMES, "bootstrap": 1000,
-            "ease_lambda": baselines_lib.EASE_LAMBDA, "ease_max_items": baselines_lib.EASE_MAX_ITEMS,
-            "baseline_memory_mb": baselines_lib.BASELINE_MEMORY_MB,
-            "baseline_budget_s": baseline_tuning.BUDGET_S, "baseline_tuning_users": baseline_tuning.TUNING_USERS,
-            "max_users": 0}
 # Baselines fitted on the whole user x item matrix: a user sample cannot fit them.
 TUNING_RECORD = "baseline_tuning.json"  # in the run directory: each tuned baseline's result and the settings it used
 WHOLE_MATRIX_BASELINES = tuple(name for name, baseline in baselines_lib.BASELINES.items() if baseline.whole_matrix)
 
 
 def _settings(run_dir, **given) -> dict:
-    config = loading.read_json_if_present(artifacts.RunPaths(run_dir).config)
-    configured = config.get("eval", {})
-    settings = {key: given[key] if given.get(key) is not None else configured.get(key, default)
-                for key, default in DEFAULTS.items()}
-    settings["seed"] = given["seed"] if given.get("seed") is not None else config.get("seed", 0)
+    # The run's config.json, its declared defaults where it leaves a key out; then what the caller gives.
+    config = Settled(loading.read_json_if_present(artifacts.RunPaths(run_dir).config), (TOP, EVAL))
+    settings = {name: config[name] for name in config if name.startswith("eval.")}
+    settings = {name.removeprefix("eval."): value for name, value in settings.items()} | {"seed": config["seed"]}
+    settings.update({key: value for key, value in given.items() if value is not None})
     if not settings["ks"] or min(settings["ks"]) < 1:
         raise InputError(f"ks must be positive integers, got {settings['ks']}", field="ks")
     unknown = sorted(set(settings["baselines"]) - set(baselines_lib.NAMES))
@@ -81,14 +80,14 @@ def _item_counts(train_path, catalogue: np.ndarray) -> np.ndarray:
 def _content(paths: artifacts.RunPaths, catalogue: np.ndarray):
     """Content vectors of the catalogue (``retrieval.data.content``) from the run's item feature table, coded by
     its saved specs; None (logged) when the run has no specs or the table is gone."""
-    config = loading.read_json_if_present(paths.config).get("data", {})
-    path = config.get("item_features_path")
+    config = Settled(loading.read_json_if_present(paths.config), (DATA,))
+    path = config["data.item_features_path"]
     if not path or not paths.item_features.exists() or not Path(path).exists():
         logging.warning("cold items: no content baseline (item feature table or specs not found)")
         return None
     id_column, specs = features.load_specs(paths.item_features)
     vocabulary = Vocabulary(catalogue, np.zeros(len(catalogue), np.int64))
-    arrays = catalogue_lib.feature_arrays(path, id_column, config.get("item_features", ""), "data.item_features",
+    arrays = catalogue_lib.feature_arrays(path, id_column, config["data.item_features"], "data.item_features",
                                           vocabulary, specs)
     return content.content_vectors(arrays)
 

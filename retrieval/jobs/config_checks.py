@@ -25,46 +25,23 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-import ml_collections
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from retrieval import locations, settings
-from retrieval.config_keys import Rule
+from retrieval.config_keys import Rule, flatten
 from retrieval.data import catalogue, readers, splits, validate
 from retrieval.errors import InputError, shown, shown_list
 from retrieval.evaluation import metrics
 from retrieval.jobs import gate, identity, sections
+from retrieval.jobs.sections import Settled
 from retrieval.models import config as model_config
 from retrieval.models.layout import score_layout
 
 # What each key accepts: the rules declared with the keys, section by section (retrieval/jobs/sections.py).
 RULES: dict[str, Rule] = {name: rule for section in sections.SECTIONS for name, rule in section.rules().items()}
-# ... and their declared defaults, which the checks read where a config leaves a key out (Settled).
-DEFAULTS: dict[str, Any] = {name: value for section in sections.SECTIONS for name, value in section.defaults().items()}
 
 Problem = tuple[str, str]  # (key, what is wrong and what is allowed)
-
-
-def flatten(config: Mapping, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``("data.train_path", value)`` for every leaf of a ConfigDict or nested dict; sections are not leaves."""
-    for key, value in config.items():
-        if isinstance(value, (Mapping, ml_collections.ConfigDict)):
-            yield from flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
-class Settled(dict):
-    """Every declared key of a config by its dotted name: its value, or its declared default where the config leaves
-    it out (a config built by hand, or an older run's), so that a check reads one value per key, never a default of
-    its own; ``given``: the keys the config itself sets."""
-
-    def __init__(self, config: Mapping):
-        given = dict(flatten(config))
-        super().__init__({**DEFAULTS, **given})
-        self.given = frozenset(given)
-
 
 
 def evaluation_metrics(ks, bootstrap: int) -> set[str]:

@@ -18,7 +18,7 @@ from retrieval import artifacts
 from retrieval.data import handoff, prepare, readers, validate
 from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.errors import InputError
-from retrieval.jobs import config_checks
+from retrieval.jobs import config_checks, sections
 from retrieval.models.layout import score_layout
 
 
@@ -56,7 +56,7 @@ def check_prepared(paths: artifacts.RunPaths, config: ml_collections.ConfigDict,
     check(paths, config.eval.exclude_train,
           "config.data.test_path" if config.data.split == "files" else "config.data.split")
     item_vocab = Vocabulary.load(paths.item_vocab)
-    layout = score_layout(config_checks.Settled(config))  # the content width only the item table can cap
+    layout = score_layout(sections.Settled(config))  # the content width only the item table can cap
     config_checks.check_index(config, item_vocab.size - NUM_RESERVED,
                               handoff.content_terms(config.data, paths, item_vocab)
                               if layout.content_width else None)

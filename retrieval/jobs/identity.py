@@ -26,6 +26,7 @@ import ml_collections
 from retrieval import artifacts
 from retrieval.errors import InputError
 from retrieval.jobs import provenance
+from retrieval.jobs.sections import Settled
 
 INPUT_KEYS = ("train_path", "test_path", "validation_path", "item_features_path", "user_features_path")
 SOURCE_COLUMNS = ("user_column", "item_column")
@@ -42,7 +43,8 @@ class RunIdentity:
 
     @classmethod
     def of(cls, config: ml_collections.ConfigDict) -> RunIdentity:
-        data = provenance.fingerprint([config.data.get(key, "") for key in INPUT_KEYS])
+        c = Settled(config)
+        data = provenance.fingerprint([c[f"data.{key}"] for key in INPUT_KEYS])
         return cls(config=json.loads(json.dumps(config.to_dict())), data=data)
 
     @property
@@ -100,11 +102,10 @@ class Lineage:
 def lineage_of(config: Mapping) -> Lineage:
     """The lineage of a run's configuration (a ``ConfigDict`` or the dict of its ``config.json``); relative input
     paths are resolved against the working directory."""
-    config = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
-    data = config.get("data", {})
-    source = {key: os.path.abspath(data[key]) for key in INPUT_KEYS if data.get(key)}
-    source.update({key: data.get(key) for key in SOURCE_COLUMNS})
-    named = (config.get("publish") or {}).get("lineage") or ""
+    c = Settled(config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config)
+    source = {key: os.path.abspath(c[f"data.{key}"]) for key in INPUT_KEYS if c[f"data.{key}"]}
+    source.update({key: c[f"data.{key}"] for key in SOURCE_COLUMNS})
+    named = c["publish.lineage"]
     if named:
         return Lineage(named, True, source)
     digest = hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
@@ -115,9 +116,8 @@ def validation_scored(config: Mapping, digests: Mapping[str, str]) -> Optional[s
     """Why a run is a tuning run, scored on its validation data (``data.test_path`` is ``data.validation_path``, by
     path or by content; ``digests``: the input files' SHA-256 by path, as :class:`RunIdentity` records them), or
     None. Such a run measures how well its settings generalise to data it early-stopped on: never published."""
-    config = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
-    data = config.get("data", {})
-    test, validation = data.get("test_path") or "", data.get("validation_path") or ""
+    c = Settled(config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config)
+    test, validation = c["data.test_path"], c["data.validation_path"]
     if not test or not validation:
         return None
     same_path = os.path.realpath(test) == os.path.realpath(validation)

@@ -66,6 +66,7 @@ from retrieval.data.vocab import NUM_RESERVED, OOV, PAD, Vocabulary
 from retrieval.errors import GateError, InputError, LockedError
 from retrieval.jobs import gate
 from retrieval.jobs.publish import ModelDirectory
+from retrieval.jobs.sections import Settled
 from retrieval.jobs.stages import StageRunner
 from retrieval.locations import new_run_id, resolve_run_dir
 
@@ -251,7 +252,7 @@ def _publish(model_dir: ModelDirectory, paths: artifacts.RunPaths, stages: Stage
     production = model_dir.publish(run_id, lineage)
     manifest.update(status="published", gate=stages.summary("gate"), stage_seconds=_stage_seconds(stages))
     artifacts.write_json(paths.manifest, manifest)
-    removed = model_dir.retain(int((artifacts.read_json(paths.config).get("publish") or {}).get("keep_last", 5)))
+    removed = model_dir.retain(int(Settled(artifacts.read_json(paths.config))["publish.keep_last"]))
     return {"latest": run_id, "lineage": lineage, "production": production, "removed": removed}
 
 
@@ -357,11 +358,11 @@ class _RefreshRun:
         from retrieval.index.run_index import build_run_index
         from retrieval.index.selfcheck import IndexQualityError
 
-        settings, floor = self.plan.config.get("index", {}), self.plan.options["recall_floor"]
+        c, floor = Settled(self.plan.config), self.plan.options["recall_floor"]
         try:
-            index = build_run_index(self.paths, factory=settings.get("factory", "auto"),
-                                    recall_floor=floor if floor is not None else settings.get("recall_floor", 0.95),
-                                    recall_k=settings.get("recall_k", 100), seed=self.plan.config.get("seed", 0))
+            index = build_run_index(self.paths, factory=c["index.factory"],
+                                    recall_floor=floor if floor is not None else c["index.recall_floor"],
+                                    recall_k=c["index.recall_k"], seed=c["seed"])
         except IndexQualityError as e:
             return {"refused": f"the index self-check refused the refreshed catalogue: {e}"}
         return {key: index.manifest.get(key) for key in ("factory", "count", "search_params", "self_check")}

@@ -38,7 +38,7 @@ class ScoreLayout:
 
 def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None) -> ScoreLayout:
     """The layout a run's config exports (``config``: every declared key by its dotted name, the config's value or
-    the declared default: ``config_checks.Settled``). ``content_terms``: the catalogue's content vector width
+    the declared default: ``jobs.sections.Settled``). ``content_terms``: the catalogue's content vector width
     (``retrieval.data.content.layout``), None before the data is known (the content width is then its most)."""
     if config["model_type"] == "item2vec":
         return ScoreLayout(int(config["item2vec.dim"]))
