@@ -20,7 +20,7 @@ embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, s
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -41,7 +41,7 @@ from retrieval.models.layers import (
 from retrieval.models.sequence_encoder import most_recent_state
 
 # In training, the history's item features are encoded once per vocabulary row up to this many rows (a batch of the
-# recipe holds 1024 x 50 history slots), else once per slot (UserTower._history_item_features).
+# recipe holds 1024 x 50 history slots), else once per slot (UserTower._history_item_encodings).
 ENCODE_EVERY_ITEM_ROWS = 50_000
 
 
@@ -128,6 +128,9 @@ class UserTower(tf.keras.layers.Layer):
     ``TwoTowerModel`` sets it while it traces an XLA-compiled step, where the chunks fuse with the lookup."""
 
     chunked_pooling = False
+    # With the mean pooling, the history's item features are pooled first and mapped once per user (``call``); False
+    # maps them per slot and pools after, as any other pooling does (the same values: the test's reference).
+    pool_features_first = True
 
     def __init__(self, history_embedding: tf.keras.layers.Embedding, output_dim: int, init: Initializers, *,
                  hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
@@ -179,16 +182,24 @@ class UserTower(tf.keras.layers.Layer):
         mask = history >= MASK_BELOW
         rows = history if self.item_id_rows is None else self.item_id_rows(history, training=training)
         watched = self.history_embedding(rows)
-        matched = None
+        # The mean pooling is linear: mean(E[row] + P f) = mean(E[row]) + P mean(f), and the content-match term is
+        # W mean(f); so with it the history's feature encodings are pooled first and mapped once per user.
+        linear = self.pool_features_first and self.sequence_encoder is None and self.attention is None
+        feature_mean = None
         if self.item_features is not None:
-            projected, matched = self._history_item_features(history, bool(training))
-            watched = watched + projected
+            encodings, gather = self._history_item_encodings(history, bool(training))
+            if linear or self.content_projection is not None:
+                feature_mean = masked_mean(gather(encodings), mask, chunked=self.chunked_pooling)
+            if not linear:
+                watched = watched + gather(self.history_features(encodings))
         if self.sequence_encoder is not None:
             states = self.sequence_encoder(watched, mask, training=training)
             pooled = states if every_position else most_recent_state(states, mask)
         else:
             pooled = (self.attention(watched, mask) if self.attention is not None
                       else masked_mean(watched, mask, chunked=self.chunked_pooling))
+            if linear and feature_mean is not None:
+                pooled = pooled + self.history_features(feature_mean)
         parts = [pooled]
         user_id = None
         if self.user_id_embedding is not None or self.features is not None:
@@ -210,7 +221,7 @@ class UserTower(tf.keras.layers.Layer):
             parts = [pooled] + [tf.repeat(part[:, tf.newaxis], positions, axis=1) for part in parts[1:]]
         x = self.mlp(tf.concat(parts, axis=-1))
         if self.content_projection is not None:  # W mean(features of the history): the content-match term's side
-            term = masked_mean(matched, mask, chunked=self.chunked_pooling)
+            term = self.content_projection(feature_mean)
             x = x + tf.concat([term] * self.heads, axis=-1)
         if self.user_id_gate:
             x = self.user_id_gate * (user_id[:, tf.newaxis] if every_position else user_id) + (
@@ -219,21 +230,17 @@ class UserTower(tf.keras.layers.Layer):
             x = tf.concat([x, self.content_profile.history_mean(history, mask, chunked=self.chunked_pooling)], axis=-1)
         return self.normalize(x)
 
-    def _history_item_features(self, history: tf.Tensor, training: bool) -> tuple[tf.Tensor, Optional[tf.Tensor]]:
-        """The history items' projected feature encodings ``[B, H, d]`` (added to their id embeddings) and, for the
-        content-match term, their encodings through its map ``[B, H, d]`` (else None; the term is their mean, ``W``
-        of the mean encoding, the map being linear).
+    def _history_item_encodings(self, history: tf.Tensor, training: bool) -> tuple[tf.Tensor, Callable]:
+        """The item feature encodings the history reads and how its slots read them: ``gather(encodings)`` is
+        ``[B, H, width]``, and so is ``gather(map(encodings))`` for a map of the encodings' last axis.
 
-        In training, where the vocabulary has at most :data:`ENCODE_EVERY_ITEM_ROWS` rows, every item is encoded and
-        mapped once a step and the history slots gather the results: MovieLens-1M's 3.7k items against a batch's
-        1024 x 50 slots. The values are the same as encoding each slot (both maps are linear without a bias); a
-        larger catalogue, and inference (a few users), encode per slot."""
+        In training, where the vocabulary has at most :data:`ENCODE_EVERY_ITEM_ROWS` rows, every item is encoded
+        once a step (``[V, width]``) and the slots gather from it: MovieLens-1M's 3.7k items against a batch's 1024 x
+        50 slots; a map (the attention pooling's projection ``P``) is then applied per item, not per slot. A larger
+        catalogue, and inference (a few users), encode per slot (``gather`` the identity)."""
         if training and self.item_features.vocab_size <= ENCODE_EVERY_ITEM_ROWS:
-            encodings, gather = self.item_features.encode_all(), lambda table: tf.gather(table, history)
-        else:
-            encodings, gather = self.item_features(history), lambda values: values
-        matched = gather(self.content_projection(encodings)) if self.content_projection is not None else None
-        return gather(self.history_features(encodings)), matched
+            return self.item_features.encode_all(), lambda table: tf.gather(table, history)
+        return self.item_features(history), lambda values: values
 
     def normalize(self, x: tf.Tensor) -> tf.Tensor:
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): each head of the

@@ -112,6 +112,40 @@ def test_training_encodes_each_items_features_once_with_the_same_values_and_grad
     assert sum(g is not None and np.abs(g).sum() > 0 for g in per_item[1]) >= 3  # the feature tables' included
 
 
+@pytest.mark.parametrize("content_match", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+def test_the_mean_pooling_pools_the_features_first_with_the_same_values_and_gradients(vocab, item_features,
+                                                                                      monkeypatch, content_match,
+                                                                                      training):
+    """``UserTower.pool_features_first``: the mean of the history's ``E[row] + P f`` is ``mean(E[row]) + P mean(f)``
+    (and the content-match term ``W mean(f)``), so mapping the pooled features once per user gives the user vectors
+    and every gradient of mapping each slot's and pooling after."""
+    from retrieval.models import towers
+
+    model = model_of(vocab, item_features, content_match=content_match, l2_normalize=False)
+    inputs = {"user": tf.constant([2, 3, 2]), "history": tf.constant([[3, 2 + WARM, 7, 0], [5, 5, 2, 0], [9, 4, 3, 6]])}
+
+    def vectors_and_gradients():
+        with tf.GradientTape() as tape:
+            out = model.user_tower(inputs, training=training)
+            loss = tf.reduce_sum(tf.sin(3.0 * out))
+        gradients = tape.gradient(loss, model.user_tower.trainable_variables)
+        return out.numpy(), [None if g is None else tf.convert_to_tensor(g).numpy() for g in gradients]
+
+    tf.random.set_seed(0)
+    pooled_first = vectors_and_gradients()
+    monkeypatch.setattr(towers.UserTower, "pool_features_first", False)
+    tf.random.set_seed(0)  # the same id dropout draws in training
+    per_slot = vectors_and_gradients()
+    np.testing.assert_allclose(pooled_first[0], per_slot[0], rtol=1e-5, atol=1e-6)
+    assert len(pooled_first[1]) == len(per_slot[1]) > 0
+    for fast, slow in zip(pooled_first[1], per_slot[1], strict=True):
+        assert (fast is None) == (slow is None)
+        if fast is not None:
+            np.testing.assert_allclose(fast, slow, rtol=1e-4, atol=1e-6)
+    assert sum(g is not None and np.abs(g).sum() > 0 for g in pooled_first[1]) >= 3  # the feature tables' included
+
+
 def test_dropout_acts_in_training_only(vocab, item_features):
     model = model_of(vocab, item_features, dropout=0.9)
     items = tf.constant(np.arange(2, 2 + WARM), tf.int32)
