@@ -83,6 +83,30 @@ def test_history_items_add_their_features_so_a_cold_item_moves_the_user(vocab, i
     assert not np.allclose(vectors[1], vectors[2])
 
 
+HISTORIES = {"user": tf.constant([2, 3, 2]), "history": tf.constant([[3, 2 + WARM, 7, 0], [5, 5, 2, 0], [9, 4, 3, 6]])}
+
+
+def user_vectors_and_gradients(model, training: bool) -> tuple[np.ndarray, list]:
+    """The user tower's vectors of :data:`HISTORIES` and the gradient of a fixed function of them for every weight
+    (the same id-dropout draws on every call: TensorFlow's seed is set first)."""
+    tf.random.set_seed(0)
+    with tf.GradientTape() as tape:
+        out = model.user_tower(HISTORIES, training=training)
+        loss = tf.reduce_sum(tf.sin(3.0 * out))
+    gradients = tape.gradient(loss, model.user_tower.trainable_variables)
+    return out.numpy(), [None if g is None else tf.convert_to_tensor(g).numpy() for g in gradients]
+
+
+def assert_same_vectors_and_gradients(first: tuple, second: tuple) -> None:
+    np.testing.assert_allclose(first[0], second[0], rtol=1e-5, atol=1e-6)
+    assert len(first[1]) == len(second[1]) > 0
+    for one, other in zip(first[1], second[1], strict=True):
+        assert (one is None) == (other is None)
+        if one is not None:
+            np.testing.assert_allclose(one, other, rtol=1e-4, atol=1e-6)
+    assert sum(g is not None and np.abs(g).sum() > 0 for g in first[1]) >= 3  # the feature tables' included
+
+
 @pytest.mark.parametrize("content_match", [False, True])
 def test_training_encodes_each_items_features_once_with_the_same_values_and_gradients(vocab, item_features,
                                                                                      monkeypatch, content_match):
@@ -91,25 +115,9 @@ def test_training_encodes_each_items_features_once_with_the_same_values_and_grad
     from retrieval.models import towers
 
     model = model_of(vocab, item_features, content_match=content_match, l2_normalize=False)
-    inputs = {"user": tf.constant([2, 3, 2]), "history": tf.constant([[3, 2 + WARM, 7, 0], [5, 5, 2, 0], [9, 4, 3, 6]])}
-
-    def vectors_and_gradients():
-        with tf.GradientTape() as tape:
-            out = model.user_tower(inputs, training=True)
-            loss = tf.reduce_sum(tf.sin(3.0 * out))
-        gradients = tape.gradient(loss, model.user_tower.trainable_variables)
-        return out.numpy(), [None if g is None else tf.convert_to_tensor(g).numpy() for g in gradients]
-
-    per_item = vectors_and_gradients()
+    per_item = user_vectors_and_gradients(model, training=True)
     monkeypatch.setattr(towers, "ENCODE_EVERY_ITEM_ROWS", 0)
-    per_slot = vectors_and_gradients()
-    np.testing.assert_allclose(per_item[0], per_slot[0], rtol=1e-5, atol=1e-6)
-    assert len(per_item[1]) == len(per_slot[1]) > 0
-    for fast, slow in zip(per_item[1], per_slot[1], strict=True):
-        assert (fast is None) == (slow is None)
-        if fast is not None:
-            np.testing.assert_allclose(fast, slow, rtol=1e-4, atol=1e-6)
-    assert sum(g is not None and np.abs(g).sum() > 0 for g in per_item[1]) >= 3  # the feature tables' included
+    assert_same_vectors_and_gradients(per_item, user_vectors_and_gradients(model, training=True))
 
 
 @pytest.mark.parametrize("content_match", [False, True])
@@ -123,27 +131,9 @@ def test_the_mean_pooling_pools_the_features_first_with_the_same_values_and_grad
     from retrieval.models import towers
 
     model = model_of(vocab, item_features, content_match=content_match, l2_normalize=False)
-    inputs = {"user": tf.constant([2, 3, 2]), "history": tf.constant([[3, 2 + WARM, 7, 0], [5, 5, 2, 0], [9, 4, 3, 6]])}
-
-    def vectors_and_gradients():
-        with tf.GradientTape() as tape:
-            out = model.user_tower(inputs, training=training)
-            loss = tf.reduce_sum(tf.sin(3.0 * out))
-        gradients = tape.gradient(loss, model.user_tower.trainable_variables)
-        return out.numpy(), [None if g is None else tf.convert_to_tensor(g).numpy() for g in gradients]
-
-    tf.random.set_seed(0)
-    pooled_first = vectors_and_gradients()
+    pooled_first = user_vectors_and_gradients(model, training)
     monkeypatch.setattr(towers.UserTower, "pool_features_first", False)
-    tf.random.set_seed(0)  # the same id dropout draws in training
-    per_slot = vectors_and_gradients()
-    np.testing.assert_allclose(pooled_first[0], per_slot[0], rtol=1e-5, atol=1e-6)
-    assert len(pooled_first[1]) == len(per_slot[1]) > 0
-    for fast, slow in zip(pooled_first[1], per_slot[1], strict=True):
-        assert (fast is None) == (slow is None)
-        if fast is not None:
-            np.testing.assert_allclose(fast, slow, rtol=1e-4, atol=1e-6)
-    assert sum(g is not None and np.abs(g).sum() > 0 for g in pooled_first[1]) >= 3  # the feature tables' included
+    assert_same_vectors_and_gradients(pooled_first, user_vectors_and_gradients(model, training))
 
 
 def test_dropout_acts_in_training_only(vocab, item_features):
