@@ -22,7 +22,6 @@ FLOORS_SPEC = text(pattern=r"(\s*[^\s=,]+\s*=\s*[^\s=,]+\s*)(,\s*[^\s=,]+\s*=\s*
                    pattern_doc="empty or 'metric=floor' comma separated, e.g. 'recall@20=0.05,ndcg@20=0.02'")
 
 
-
 INDEX = Section("index", (
     Key("factory", "auto", text(nonempty=True),
         'FAISS index factory string (Flat, HNSW32, IVF1024,Flat, IVF1024,PQ16, ...) or "auto" (by catalogue size).'),
@@ -70,7 +69,6 @@ def base_config(name: str) -> ml_collections.ConfigDict:
     for section in (DATA, EVAL, INDEX, GATE, PUBLISH):
         config[section.name] = section.config()
     return config
-
 
 
 class Settled(config_keys.Settled):
