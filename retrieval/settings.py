@@ -39,6 +39,7 @@ OPTIMIZERS = ("adam", "adagrad", "rowwise_adagrad")
 JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 TEACHER_WHEN = ("always", "item_item_leads")  # retrieval.jobs.tuning: when train.teacher_items trains the towers
+TEACHER_WEIGHTING = ("equal", "score")  # retrieval.jobs.teacher: what a teacher pair weighs in the loss
 VARIANTS = ("softer", "self_attention", "user_ids")  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
 SPARSE_UPDATES = ("auto", "on", "off")
 PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
@@ -106,6 +107,9 @@ TRAIN = Section("train", (
         "Set data held in memory: each user's top N unseen items under the run's RP3beta (its parameters tuned on the "
         "automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training targets, "
         "their histories the user's own items (retrieval.jobs.teacher). 0: no teacher."),
+    Key("teacher_weighting", "equal", one_of(TEACHER_WEIGHTING),
+        'With train.teacher_items: "equal" weighs every teacher pair as one click; "score" weighs it by its RP3beta '
+        "score over the user's best teacher score (her first teacher item 1, the others as sure as the teacher is)."),
     Key("teacher_when", "always", one_of(TEACHER_WHEN),
         'With train.teacher_items: "always", or "item_item_leads": the towers are tuned without the teacher first, and '
         "again with it only when the run's tuned RP3beta reads a higher validation recall than their best epoch; the "

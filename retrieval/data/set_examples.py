@@ -14,7 +14,8 @@ random subset of the other items, without replacement, never containing the targ
 Teacher pairs (``SetExamples.with_teacher``) are extra targets, e.g. an item-item model's top items for the user
 that she has not interacted with: knowledge distillation through the data (Hinton et al. 2015, with the teacher's top
 list as hard targets). Their histories are drawn from the user's training items only (a teacher item is a target,
-never history): the first ``min(L, max_history)`` of the user's ``L`` pairs in the epoch's random order.
+never history): the first ``min(L, max_history)`` of the user's ``L`` pairs in the epoch's random order. Given
+weights, teacher pairs weigh that much in the loss (a click weighs 1): the batches then carry ``weight``.
 
 ``history_keep`` < 1 keeps a random share of that history (stochastic rounding of ``keep * count``, at least one
 item): a denoising regulariser, the dropout of Mult-DAE (Liang et al. 2018) and the noise EASE^R's closed form is
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -47,6 +49,7 @@ class SetExamples:
     history_keep: float = 1.0
     teacher_user: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
     teacher_label: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+    teacher_weight: Optional[np.ndarray] = None  # [teacher pairs] float32; None: each weighs as a click
 
     @classmethod
     def from_pairs(cls, user_idx: np.ndarray, item_idx: np.ndarray, max_history: int,
@@ -61,26 +64,34 @@ class SetExamples:
         return cls(user_idx[known][order].astype(np.int32), item_idx[known][order].astype(np.int32),
                    int(max_history), float(history_keep))
 
-    def with_teacher(self, user_idx: np.ndarray, item_idx: np.ndarray) -> SetExamples:
-        """These pairs plus teacher pairs ``(user_idx, item_idx)`` as extra targets (module docstring); a teacher
-        pair of a user without training pairs (no history to draw) or of an unknown item is dropped."""
+    def with_teacher(self, user_idx: np.ndarray, item_idx: np.ndarray,
+                     weight: Optional[np.ndarray] = None) -> SetExamples:
+        """These pairs plus teacher pairs ``(user_idx, item_idx)`` as extra targets (module docstring), each
+        weighing ``weight`` in the loss (None: 1); a teacher pair of a user without training pairs (no history to
+        draw) or of an unknown item is dropped."""
         user_idx, item_idx = np.asarray(user_idx, np.int64), np.asarray(item_idx, np.int64)
         has_pairs = np.bincount(self.user, minlength=int(user_idx.max(initial=-1)) + 1)[user_idx] > 0
         keep = has_pairs & (item_idx >= NUM_RESERVED)
         return dataclasses.replace(self, teacher_user=user_idx[keep].astype(np.int32),
-                                   teacher_label=item_idx[keep].astype(np.int32))
+                                   teacher_label=item_idx[keep].astype(np.int32),
+                                   teacher_weight=None if weight is None else np.asarray(weight, np.float32)[keep])
 
     def __len__(self) -> int:
         return len(self.label) + len(self.teacher_label)
 
     def to_dataset(self, batch_size: int, shuffle: bool = True, seed: int = 0, repeat: bool = False):
         """``tf.data.Dataset`` of dict batches ``user``, ``history`` [B, max_history] (0-padded), ``history_length``,
-        ``label``; the histories are redrawn every epoch (see the module docstring). Deterministic under ``seed``,
+        ``label`` (and ``weight`` with weighted teacher pairs); the histories are redrawn every epoch (see the module
+        docstring). Deterministic under ``seed``,
         like ``examples.to_dataset``: every element is a whole batch, and batches never span two epochs."""
         import tensorflow as tf
 
         users, labels = tf.constant(self.user), tf.constant(self.label)
-        teacher = (tf.constant(self.teacher_user), tf.constant(self.teacher_label)) if len(self.teacher_label) else None
+        teacher = None
+        if len(self.teacher_label):
+            weight = None if self.teacher_weight is None else tf.constant(np.concatenate(
+                [np.ones(len(self.label), np.float32), self.teacher_weight]))
+            teacher = (tf.constant(self.teacher_user), tf.constant(self.teacher_label), weight)
         epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
         return epochs.flat_map(lambda epoch: _drawn_blocks(
             users, labels, tf.stack([tf.constant(seed, tf.int64), epoch]), batch_size, shuffle, self.max_history,
@@ -92,7 +103,8 @@ def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_histor
     """Blocks of ``block_size`` examples of one epoch of ``(users, labels)`` (int32 tensors, grouped by user), the
     histories drawn with the stateless seed ``key`` (see the module docstring); TensorFlow ops only, so that it runs
     inside ``tf.data`` on arrays held in memory or read from a shard file. ``teacher``: ``(users, labels)`` of teacher
-    pairs, rows after the training pairs', their histories the user's first training items in the epoch's order."""
+    pairs and their weights (or None), rows after the training pairs', their histories the user's first training items
+    in the epoch's order."""
     import tensorflow as tf
 
     real = tf.size(labels, out_type=tf.int64)
@@ -126,7 +138,10 @@ def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_histor
             kept = tf.floor(history_keep * tf.cast(count, tf.float32) + noise)
             count = tf.minimum(count, tf.maximum(tf.cast(kept, tf.int32), 1))
         history = tf.where(offsets[None, :] < count[:, None], tf.gather(items, slot), 0)
-        return {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
+        batch = {"user": user, "history": history, "history_length": count, "label": tf.gather(items, row)}
+        if teacher is not None and teacher[2] is not None:
+            batch["weight"] = tf.gather(teacher[2], row)
+        return batch
 
     return tf.data.Dataset.range(0, size, block_size).map(block)
 

@@ -27,10 +27,11 @@ from retrieval.evaluation import csr as csr_lib
 
 
 def pairs(users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_user: int,
-          params: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-    """Teacher pairs ``(users, items)``: for every user of the training pairs ``(users, items)`` (vocabulary
-    indices), the ``per_user`` best items under RP3beta with ``params`` (``a``, ``b``, ``k``) that are not among her
-    training items and that the teacher scores above zero."""
+          params: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Teacher pairs ``(users, items, sureness)``: for every user of the training pairs ``(users, items)``
+    (vocabulary indices), the ``per_user`` best items under RP3beta with ``params`` (``a``, ``b``, ``k``) that are not
+    among her training items and that the teacher scores above zero; ``sureness`` is each pair's score over the
+    user's best teacher score (1 for her first teacher item), for ``train.teacher_weighting = "score"``."""
     start = time.monotonic()
     train = csr_lib.from_pairs(np.asarray(users, np.int64), np.asarray(items, np.int64), n_users)
     scorer = baselines.RP3beta(train, n_items, float(params["a"]), float(params["b"]), int(params["k"]))
@@ -38,6 +39,7 @@ def pairs(users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_
     top, scores = ranking.top_k(scorer, rows, n_items, per_user, exclude=train)
     keep = (top >= NUM_RESERVED) & (scores > 0)
     out_users, out_items = np.repeat(rows, per_user)[keep.ravel()], top[keep]
+    sureness = (scores / np.maximum(scores[:, :1], np.finfo(np.float32).tiny))[keep].astype(np.float32)
     logging.info("teacher: %d pairs from RP3beta (a %g, b %g, k %d), %d per user, in %.0f s", len(out_items),
                  params["a"], params["b"], params["k"], per_user, time.monotonic() - start)
-    return out_users, out_items
+    return out_users, out_items, sureness

@@ -96,7 +96,8 @@ class TwoTowerModel(tfrs.Model):
 
         With ``every_position`` the examples are the batch's valid history positions (each scored against the item
         that followed it; the objective's negatives are shared by all of them), so the loss is the mean over the
-        global batch's positions: SASRec's per-position average (Kang and McAuley 2018, eq. 5, with a softmax)."""
+        global batch's positions: SASRec's per-position average (Kang and McAuley 2018, eq. 5, with a softmax). A
+        batch's ``weight`` (set examples with weighted teacher pairs) multiplies each example's loss."""
         labels = tf.cast(inputs["label"], tf.int32)
         if self.every_position:
             queries, labels = self._every_position_queries(inputs, labels, training)
@@ -107,6 +108,8 @@ class TwoTowerModel(tfrs.Model):
             finally:
                 self.user_tower.chunked_pooling = False
         per_example = self.objective(queries, labels, training=training)
+        if "weight" in inputs and not self.every_position:  # weighted teacher pairs (retrieval.data.set_examples)
+            per_example = per_example * tf.cast(inputs["weight"], per_example.dtype)
         self.loss_tracker.update_state(per_example)
         return distributed.average_loss(per_example)
 

@@ -110,3 +110,19 @@ def test_teacher_pairs_are_targets_once_per_epoch_with_histories_of_the_users_ow
             assert set(kept) <= owned[user] and len(set(kept)) == len(kept) == length
             if label >= 1000:  # a teacher target: every one of the user's items may be history, up to the cap
                 assert length == min(len(owned[user]), 8)
+
+
+def test_weighted_teacher_pairs_carry_their_weights_and_clicks_weigh_one(pairs):
+    users, items = pairs
+    plain = SetExamples.from_pairs(users, items, max_history=8)
+    teacher_users = np.unique(users)
+    teacher_items = 1000 + teacher_users
+    weights = np.linspace(0.1, 1.0, len(teacher_users)).astype(np.float32)
+    assert "weight" not in _batches(plain.with_teacher(teacher_users, teacher_items))[0][0]
+    batches, _ = _batches(plain.with_teacher(teacher_users, teacher_items, weights))
+    label = np.concatenate([b["label"] for b in batches])
+    weight = np.concatenate([b["weight"] for b in batches])
+    user = np.concatenate([b["user"] for b in batches])
+    np.testing.assert_array_equal(weight[label < 1000], 1.0)
+    expected = dict(zip(teacher_users, weights, strict=True))
+    np.testing.assert_array_equal(weight[label >= 1000], [expected[u] for u in user[label >= 1000]])

@@ -14,7 +14,7 @@ def test_teacher_pairs_are_each_users_top_unseen_items_under_rp3beta():
     dense[0] = 0  # a user without training pairs gets no teacher pair
     users, items = np.nonzero(dense)
     a, b, per_user = 0.6, 0.35, 3
-    got_users, got_items = teacher.pairs(users, items, n_users, n_items, per_user, {"a": a, "b": b, "k": n_items})
+    got_users, got_items, sureness = teacher.pairs(users, items, n_users, n_items, per_user, {"a": a, "b": b, "k": n_items})
     # reference: W = P_iu^a P_ui^a / degree_j^b, zero diagonal; score = X W
     degree = np.maximum(dense.sum(0), 1)
     p_ui = (dense / np.maximum(dense.sum(1, keepdims=True), 1)) ** a
@@ -32,4 +32,7 @@ def test_teacher_pairs_are_each_users_top_unseen_items_under_rp3beta():
         expected = np.argsort(-scores[user], kind="stable")[:per_user]
         expected = expected[scores[user, expected] > 0]
         np.testing.assert_allclose(np.sort(scores[user, mine]), np.sort(scores[user, expected]), rtol=1e-5)
+        # each pair's sureness: its score over the user's best teacher score
+        np.testing.assert_allclose(sureness[got_users == user], scores[user, mine] / scores[user, expected[0]],
+                                   rtol=1e-5)
         assert not (dense[user, mine] > 0).any()

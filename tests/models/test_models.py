@@ -255,6 +255,17 @@ def test_full_softmax_matches_numpy(vocabs, batch):
     np.testing.assert_allclose(loss, log_z - logits[np.arange(B), batch["label"] - 2], rtol=1e-5)
 
 
+def test_batch_weights_multiply_each_examples_full_softmax_loss(vocabs, batch):
+    """Weighted teacher pairs (retrieval.data.set_examples): the loss is sum_i w_i l_i / B, l_i NumPy's."""
+    model = build_model(small_config(name="full_softmax"), *vocabs)
+    weight = np.linspace(0.2, 1.0, B).astype(np.float32)
+    items = model.item_tower(tf.range(V_ITEMS)).numpy()
+    logits = model(batch).numpy() @ items[2:].T / 0.5
+    each = np.log(np.exp(logits).sum(1)) - logits[np.arange(B), batch["label"] - 2]
+    loss = model.compute_loss({**batch, "weight": weight}, training=False).numpy()
+    np.testing.assert_allclose(loss, (weight * each).sum() / B, rtol=1e-5)
+
+
 def _with_fixed_draws(vocabs, batch, name: str, output_table: bool):
     """A model of objective ``name`` with 5 sampled negatives at temperature 1 (TF's references have none), its
     sampler's draw fixed so that a reference sees the same negatives, and non-zero output-table biases: returns
