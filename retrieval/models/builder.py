@@ -7,16 +7,15 @@ from typing import Iterable, Mapping, Optional
 import ml_collections
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import config as config_lib
-from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import EmbeddingTable, Initializers
 from retrieval.models.objectives import FullCatalogue, InBatchNegatives, OutputTable, SampledNegatives
 from retrieval.models.sequence_encoder import SelfAttentionEncoder
+from retrieval.models.tower_settings import ItemTowerSettings, UserTowerSettings
 from retrieval.models.towers import ItemTower, UserTower
 from retrieval.models.two_tower import TwoTowerModel
 from retrieval.sampling.frequency import FrequencyEstimator
@@ -93,47 +92,27 @@ def build_model(model_config: ml_collections.ConfigDict, item_vocab: Vocabulary,
     if c.objective.output_table and not config_lib.samples_negatives(c.objective.name, c.objective.negatives):
         raise InputError("output_table is the YoutubeDNN output layer of an objective with sampled negatives; use "
                          f"{config_lib.sampled_objectives()}", field="model.objective.output_table")
-    pooling = c.user_tower.pooling
-    if pooling == "self_attention" and set_data:
-        logging.warning("model.user_tower.pooling=self_attention reads the order of a sequence, but the data are "
-                        "sets (data.order=none): the history is mean-pooled instead")
-        pooling = "mean"
+    user_settings = UserTowerSettings.from_config(c, set_data)
     init = Initializers(c.seed)
     item_tower, output_table = None, None
-    # The term is the cold head's block only and trains with it (its softmax calibrates the two).
-    content_profile = (ContentProfile(item_features, c.item_tower.content_profile_dim,
-                                      c.item_tower.content_profile_weight, c.seed)
-                       if item_features and c.item_tower.content_profile_weight > 0 else None)
     if c.objective.output_table:
         output_table = OutputTable(item_vocab.size, c.embedding_dim, init, l2_normalize=c.l2_normalize)
         item_table = output_table.weights_table
     else:
-        item_tower = ItemTower(item_vocab.size, c.embedding_dim, init, id_embedding_dim=c.item_tower.id_embedding_dim,
-                               hidden_units=tuple(c.item_tower.hidden_units), features=item_features,
-                               feature_embedding_dim=c.item_tower.feature_embedding_dim, l2_normalize=c.l2_normalize,
-                               warm=item_vocab.warm, id_dropout=c.item_tower.id_dropout, seed=c.seed,
-                               content_match=c.item_tower.content_match, content_profile=content_profile,
-                               cold_head=c.item_tower.cold_head)
+        item_tower = ItemTower(item_vocab.size, ItemTowerSettings.from_config(c), init, features=item_features,
+                               warm=item_vocab.warm)
         item_table = item_tower.id_embedding
     history_embedding = (item_table if c.user_tower.share_item_embeddings else
                          EmbeddingTable(item_vocab.size, c.user_tower.history_embedding_dim,
                                         embeddings_initializer=init.embedding(), name="history_emb"))
     sequence_encoder = None
-    if pooling == "self_attention":
+    if user_settings.pooling == "self_attention":
         s = c.user_tower.sequence
         sequence_encoder = SelfAttentionEncoder(c.max_history, s.num_blocks, s.num_heads, s.dropout, init,
                                                 item_mask=s.item_mask, seed=c.seed)
-    user_tower = UserTower(history_embedding, c.embedding_dim, init, hidden_units=tuple(c.user_tower.hidden_units),
-                           pooling=pooling, user_vocab_size=user_vocab.size,
-                           user_id_embedding_dim=c.user_tower.user_id_embedding_dim, features=user_features,
-                           feature_embedding_dim=c.user_tower.feature_embedding_dim,
-                           use_example_age=c.user_tower.use_example_age, l2_normalize=c.l2_normalize,
-                           user_id_gate=c.user_tower.user_id_gate, sequence_encoder=sequence_encoder,
-                           item_id_rows=item_tower.id_rows if item_tower is not None else None,
-                           item_features=item_tower.features if item_tower is not None else None,
-                           content_projection=item_tower.content_projection if item_tower is not None else None,
-                           content_profile=item_tower.content_profile if item_tower is not None else None,
-                           heads=2 if item_tower is not None and item_tower.cold_head else 1)
+    user_tower = UserTower(history_embedding, user_settings, init,
+                           item_parts=item_tower.shared_parts if item_tower is not None else None,
+                           user_vocab_size=user_vocab.size, features=user_features, sequence_encoder=sequence_encoder)
     objective = _objective(c, item_tower or output_table, item_vocab)
     return TwoTowerModel(user_tower, objective, item_tower=item_tower, output_table=output_table,
                          temperature=c.temperature, max_history=inference_history or c.max_history,

@@ -16,11 +16,16 @@ embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, s
 ``sequence_encoder.SelfAttentionEncoder``) the pooled history is the encoder's state at the most recent known item
 (``sequence_encoder.most_recent_state``: the first position with index >= 2, not position 0), and
 ``every_position=True`` returns the user vector after every history position ``[B, H, output_dim]`` (training).
+
+Each tower takes its scalar options as one typed value (``tower_settings.ItemTowerSettings`` and
+``tower_settings.UserTowerSettings``, read from the model config), and the user tower takes what it reads of the
+item tower as one value too, :class:`SharedItemParts` (``ItemTower.shared_parts``: the same layers, not copies).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence
+import dataclasses
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -39,45 +44,72 @@ from retrieval.models.layers import (
     mlp,
 )
 from retrieval.models.sequence_encoder import most_recent_state
+from retrieval.models.tower_settings import ItemTowerSettings, UserTowerSettings
 
 # In training, the history's item features are encoded once per vocabulary row up to this many rows (a batch of the
 # recipe holds 1024 x 50 history slots), else once per slot (UserTower._history_item_encodings).
 ENCODE_EVERY_ITEM_ROWS = 50_000
 
 
+@dataclasses.dataclass(frozen=True)
+class SharedItemParts:
+    """What the user tower reads of the item tower (``ItemTower.shared_parts``; the same layers, not copies).
+
+    ``id_rows`` and ``features``: history items read the rows the item tower reads (cold items and dropped ids: the
+    unknown-id row) and add their projected feature encodings; ``content_projection``: applied to the mean of the
+    history items' feature encodings and added to the user vector; ``content_profile``: the history's profile is
+    appended to the user vector; ``heads``: the item tower's blocks, which the user tower scores with as many heads
+    (2 with the cold head). None where the item tower has no such part (all of them without item features), and
+    the default value for a user tower without an item tower (the output table's)."""
+
+    id_rows: Optional[ItemIdRows] = None
+    features: Optional[FeatureTables] = None
+    content_projection: Optional[tf.keras.layers.Layer] = None
+    content_profile: Optional[ContentProfile] = None
+    heads: int = 1
+
+
 class ItemTower(tf.keras.layers.Layer):
     """Maps item indices [...] to item vectors [..., output_dim]."""
 
-    def __init__(self, vocab_size: int, output_dim: int, init: Initializers, *, id_embedding_dim: int,
-                 hidden_units: Sequence[int] = (), features: Optional[Mapping[str, np.ndarray]] = None,
-                 feature_embedding_dim: int = 16, l2_normalize: bool = False, warm: Optional[np.ndarray] = None,
-                 id_dropout: float = 0.0, seed: Optional[int] = None, content_match: bool = False,
-                 content_profile: Optional[ContentProfile] = None, cold_head: bool = False,
+    def __init__(self, vocab_size: int, settings: ItemTowerSettings, init: Initializers, *,
+                 features: Optional[Mapping[str, np.ndarray]] = None, warm: Optional[np.ndarray] = None,
                  name: str = "item_tower"):
-        """``warm`` ([V] bool, default all): which indices had training interactions; ``id_dropout``: the share of
-        ids read at the unknown-id row in training; ``content_match``: a linear path from the feature encodings to
-        the vector (``content_projection``, which the user tower shares); ``content_profile``: fixed content
-        coordinates appended to the vector (``content_profile.ContentProfile``, shared with the user tower);
-        ``cold_head``: the vector of an item placed by its features alone lands in a second block, scored by the
-        user tower's second head (``[v, 0]`` for an item read by id, ``[0, v]`` for one read at the unknown-id row).
-        All apply only with ``features`` (without them an item is its id)."""
+        """``settings``: the scalar options (``ItemTowerSettings``); ``features``: the per-index feature tables
+        (``FeatureTables``' input); ``warm`` ([V] bool, default all): which indices had training interactions. The
+        id dropout, the content-match projection (``content_projection``, which the user tower shares), the content
+        profile (``content_profile.ContentProfile``, fixed content coordinates appended to the vector, shared with
+        the user tower) and the cold head (the vector of an item placed by its features alone lands in a second
+        block, scored by the user tower's second head: ``[v, 0]`` for an item read by id, ``[0, v]`` for one read at
+        the unknown-id row) apply only with ``features`` (without them an item is its id)."""
         super().__init__(name=name)
+        s = settings
+        # The content profile's term is the cold head's block only and trains with it (its softmax calibrates the
+        # two). Its fixed variable is created before the tower's others, and tracked after them (below).
+        content_profile = (ContentProfile(features, s.content_profile_dim, s.content_profile_weight, s.seed)
+                           if features and s.content_profile_weight > 0 else None)
         self.vocab_size = int(vocab_size)
-        self.output_dim = int(output_dim)
-        self.l2_normalize = bool(l2_normalize)
-        self.id_embedding = EmbeddingTable(vocab_size, id_embedding_dim,
+        self.output_dim = int(s.output_dim)
+        self.l2_normalize = bool(s.l2_normalize)
+        self.id_embedding = EmbeddingTable(vocab_size, s.id_embedding_dim,
                                            embeddings_initializer=init.embedding(), name="item_id_emb")
-        self.features = (FeatureTables(features, vocab_size, feature_embedding_dim, init, name="item_features")
+        self.features = (FeatureTables(features, vocab_size, s.feature_embedding_dim, init, name="item_features")
                          if features else None)
-        self.id_rows = (ItemIdRows(np.ones(vocab_size, bool) if warm is None else warm, id_dropout, seed)
+        self.id_rows = (ItemIdRows(np.ones(vocab_size, bool) if warm is None else warm, s.id_dropout, s.seed)
                         if features else None)
-        needs_projection = bool(features) or bool(hidden_units) or id_embedding_dim != output_dim
-        self.mlp = mlp(hidden_units, output_dim, init, name="item_mlp") if needs_projection else None
-        self.content_projection = (tf.keras.layers.Dense(output_dim, use_bias=False, kernel_initializer=init.dense(),
-                                                         name="content_projection")
-                                   if features and content_match else None)
-        self.content_profile = content_profile if features else None
-        self.cold_head = bool(cold_head and features)
+        needs_projection = bool(features) or bool(s.hidden_units) or s.id_embedding_dim != s.output_dim
+        self.mlp = mlp(s.hidden_units, s.output_dim, init, name="item_mlp") if needs_projection else None
+        self.content_projection = (tf.keras.layers.Dense(s.output_dim, use_bias=False,
+                                                         kernel_initializer=init.dense(), name="content_projection")
+                                   if features and s.content_match else None)
+        self.content_profile = content_profile
+        self.cold_head = bool(s.cold_head and features)
+
+    @property
+    def shared_parts(self) -> SharedItemParts:
+        """The parts the user tower reads history items with (:class:`SharedItemParts`)."""
+        return SharedItemParts(self.id_rows, self.features, self.content_projection, self.content_profile,
+                               heads=2 if self.cold_head else 1)
 
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:
@@ -132,50 +164,49 @@ class UserTower(tf.keras.layers.Layer):
     # maps them per slot and pools after, as any other pooling does (the same values: the test's reference).
     pool_features_first = True
 
-    def __init__(self, history_embedding: tf.keras.layers.Embedding, output_dim: int, init: Initializers, *,
-                 hidden_units: Sequence[int] = (), pooling: str = "mean", user_vocab_size: int = 0,
-                 user_id_embedding_dim: int = 0, features: Optional[Mapping[str, np.ndarray]] = None,
-                 feature_embedding_dim: int = 16, use_example_age: bool = False, l2_normalize: bool = False,
-                 user_id_gate: float = 0.0, sequence_encoder: Optional[tf.keras.layers.Layer] = None,
-                 item_id_rows: Optional[ItemIdRows] = None, item_features: Optional[FeatureTables] = None,
-                 content_projection: Optional[tf.keras.layers.Layer] = None,
-                 content_profile: Optional[ContentProfile] = None, heads: int = 1, name: str = "user_tower"):
-        """``item_id_rows`` and ``item_features``: the item tower's (shared, not copies), so that history items read
-        the rows the item tower reads (cold items and dropped ids: the unknown-id row) and add their projected
-        feature encodings. ``content_projection``: the item tower's, applied to the mean of the history items'
-        feature encodings and added to the output; ``content_profile``: the item tower's, whose history profile is
-        appended to the output (both: pooled histories only, not a sequence encoder). ``heads``: the output is that
-        many vectors of ``output_dim`` side by side, each normalised on its own (2 with the item tower's
-        ``cold_head``: the first scores items read by id, the second items placed by their features alone)."""
+    def __init__(self, history_embedding: tf.keras.layers.Embedding, settings: UserTowerSettings,
+                 init: Initializers, *, item_parts: Optional[SharedItemParts] = None, user_vocab_size: int = 0,
+                 features: Optional[Mapping[str, np.ndarray]] = None,
+                 sequence_encoder: Optional[tf.keras.layers.Layer] = None, name: str = "user_tower"):
+        """``history_embedding``: the table the history items are embedded with (the item tower's id table, the
+        output table's weights or a table of its own); ``settings``: the scalar options (``UserTowerSettings``);
+        ``item_parts``: what the tower reads of the item tower (:class:`SharedItemParts`; none without one): its id
+        rows, feature tables and content parts for the history items, and as many heads as it has blocks, each a
+        vector of ``settings.output_dim`` normalised on its own (the first scores items read by id, the second items
+        placed by their features alone). The content parts need a pooled history, not a ``sequence_encoder``.
+        ``features``: the per-user feature tables of a user vocabulary of ``user_vocab_size``."""
         super().__init__(name=name)
-        self.heads = int(heads)
-        self.output_dim = int(output_dim) * self.heads
-        self.l2_normalize = bool(l2_normalize)
-        self.use_example_age = bool(use_example_age)
+        s = settings
+        parts = item_parts or SharedItemParts()
+        self.heads = int(parts.heads)
+        self.output_dim = int(s.output_dim) * self.heads
+        self.l2_normalize = bool(s.l2_normalize)
+        self.use_example_age = bool(s.use_example_age)
         # A gated user-id embedding is added to the output, so it has the output's width.
-        self.user_id_gate = float(user_id_gate) if user_id_embedding_dim > 0 else 0.0
+        user_id_embedding_dim = s.user_id_embedding_dim
+        self.user_id_gate = float(s.user_id_gate) if user_id_embedding_dim > 0 else 0.0
         if self.user_id_gate:
             user_id_embedding_dim = self.output_dim
         self.history_embedding = history_embedding
-        self.attention = AttentionPooling(init) if pooling == "attention" else None
+        self.attention = AttentionPooling(init) if s.pooling == "attention" else None
         self.sequence_encoder = sequence_encoder
         self.user_id_embedding = (
             EmbeddingTable(user_vocab_size, user_id_embedding_dim, embeddings_initializer=init.embedding(),
                            name="user_id_emb") if user_id_embedding_dim > 0 else None)
-        self.features = (FeatureTables(features, user_vocab_size, feature_embedding_dim, init, name="user_features")
-                         if features else None)
-        self.mlp = mlp(hidden_units, self.output_dim, init, name="user_mlp")
-        self.item_id_rows = item_id_rows
-        self.item_features = item_features
-        for content_part in (content_projection, content_profile):
-            if content_part is not None and (item_features is None or sequence_encoder is not None):
+        self.features = (FeatureTables(features, user_vocab_size, s.feature_embedding_dim, init,
+                                       name="user_features") if features else None)
+        self.mlp = mlp(s.hidden_units, self.output_dim, init, name="user_mlp")
+        self.item_id_rows = parts.id_rows
+        self.item_features = parts.features
+        for content_part in (parts.content_projection, parts.content_profile):
+            if content_part is not None and (parts.features is None or sequence_encoder is not None):
                 raise ValueError(f"{content_part.name} needs item features and a pooled history (not a sequence "
                                  "encoder)")
-        self.content_projection = content_projection
-        self.content_profile = content_profile
+        self.content_projection = parts.content_projection
+        self.content_profile = parts.content_profile
         self.history_features = (tf.keras.layers.Dense(int(history_embedding.output_dim), use_bias=False,
                                                        kernel_initializer=init.dense(), name="history_features")
-                                 if item_features is not None else None)
+                                 if parts.features is not None else None)
 
     def call(self, inputs: Mapping[str, tf.Tensor], training=None, every_position: bool = False) -> tf.Tensor:
         history = tf.cast(inputs["history"], tf.int32)

@@ -11,6 +11,7 @@ from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import build_model, default_config
 from retrieval.models.layers import Initializers, interleaved_parts, masked_mean, sum_over_positions
+from retrieval.models.tower_settings import ItemTowerSettings
 from retrieval.models.towers import ItemTower
 from retrieval.sampling.frequency import static_log_q
 
@@ -71,8 +72,8 @@ def per_example(model, batch, training=False):
 
 def test_item_tower_encodes_several_features_by_index(features):
     item_features, _ = features
-    tower = ItemTower(V_ITEMS, 5, Initializers(0), id_embedding_dim=4, features=item_features,
-                      feature_embedding_dim=3)
+    tower = ItemTower(V_ITEMS, ItemTowerSettings(5, id_embedding_dim=4, feature_embedding_dim=3), Initializers(0),
+                      features=item_features)
     indices = np.array([2, 7, 7, 13])
     out = tower(tf.constant(indices))
     assert out.shape == (4, 5)
@@ -89,7 +90,7 @@ def test_item_tower_encodes_several_features_by_index(features):
 
 
 def test_id_only_item_tower_is_the_normalised_embedding():
-    tower = ItemTower(V_ITEMS, 4, Initializers(0), id_embedding_dim=4, l2_normalize=True)
+    tower = ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4, l2_normalize=True), Initializers(0))
     out = tower(tf.range(V_ITEMS)).numpy()
     table = tower.id_embedding.embeddings.numpy()
     assert tower.mlp is None
@@ -98,7 +99,8 @@ def test_id_only_item_tower_is_the_normalised_embedding():
 
 def test_feature_table_with_wrong_rows_is_an_input_error():
     with pytest.raises(InputError, match="price"):
-        ItemTower(V_ITEMS, 4, Initializers(0), id_embedding_dim=4, features={"price": np.zeros(3, np.float32)})
+        ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4), Initializers(0),
+                  features={"price": np.zeros(3, np.float32)})
 
 
 def test_masked_mean_ignores_masked_positions_and_empty_rows_are_zero():
