@@ -99,8 +99,9 @@ def _baselines(metrics: Mapping) -> list[str]:
         lines += ["", f"Best baseline on recall@{k}: {best} ({_number(scored[best])}); the model: {_number(model)} "
                   f"({'trails it' if model < scored[best] else 'at or above it'})."]
         if model < scored[best] and best in ITEM_ITEM:
-            lines += ["", "Where an item-item baseline leads on set data, `--config.train.teacher_items=10` distils the "
-                      "run's tuned RP3beta into the towers (docs/objectives.md, \"Which objective, for which data\")."]
+            lines += ["", "Where an item-item baseline leads on set data, `--config.train.teacher_items=10 "
+                      "--config.train.teacher_weighting=score` distils the run's tuned RP3beta into the towers "
+                      "(docs/objectives.md, \"Which objective, for which data\")."]
     return lines
 
 

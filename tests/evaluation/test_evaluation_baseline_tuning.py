@@ -224,7 +224,7 @@ def test_the_model_trailing_the_best_baseline_is_said_in_one_line(tmp_path):
     assert f"recall@5 {metrics['paired/item_knn/recall@5_diff']:+.4f} [" in lines[0]
     assert ", NDCG@5 " in lines[0] and len(lines[0]) <= summary.WIDTH
     assert table.splitlines()[0].startswith("| system |")
-    assert "--config.train.teacher_items=10" in report.render_markdown(metrics)  # the lever for an item-item lead
+    assert "--config.train.teacher_items=10 --config.train.teacher_weighting=score" in report.render_markdown(metrics)  # the lever for an item-item lead
     ahead = {**metrics, "recall@5": 1.0}
     assert "teacher_items" not in report.render_markdown(ahead)
 

@@ -224,7 +224,7 @@ def test_the_teachers_probe_gives_the_first_tuning_up_where_it_trails_rp3beta_an
     the tuned RP3beta, and the towers tuned with the teacher are kept without a comparison with the cut tuning."""
     monkeypatch.setattr(tuning, "_rp3beta_validation", lambda run: 1.0)  # out of the towers' reach
     sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
-            "train.epochs": 3, "train.refit": False, "train.teacher_items": 2,
+            "train.epochs": 3, "train.refit": False, "train.teacher_items": 2, "train.teacher_weighting": "score",
             "train.teacher_when": "item_item_leads", "train.teacher_probe_epochs": 1}
     job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "probed")
     job.run()
