@@ -110,7 +110,7 @@ def probe(dataset: str, seed: int, tmp: Path, betas=BETAS, epochs: int = 0) -> d
             raise
     run_s = time.perf_counter() - start
     metrics = artifacts.read_json(job.paths.metrics)
-    run = tuning.TrainingRun(config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     item_vocab, user_vocab = run.vocabularies()
     validation = _captured(tuning.validation_fn(run, tuning.tuned_model(run), item_vocab, user_vocab, tuning=True))
     test = _captured(lambda: runs.evaluate_run(job.paths.root, write=False, baselines=(), n_bootstrap=0))

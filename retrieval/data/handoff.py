@@ -80,7 +80,8 @@ class PrepareSpec:
 
 @dataclasses.dataclass(frozen=True)
 class PreparedData:
-    """What training needs to know of a run's prepared data, read from the prepare stage's summary."""
+    """What training needs to know of a run's prepared data: the prepare stage's summary, and whether the examples
+    were streamed from the examples' own manifest (``examples.MANIFEST``, written beside the shards they describe)."""
 
     order: Optional[str] = None  # the decided order: "time", or order.SET
     example_kind: Optional[str] = None  # one of prepare.EXAMPLE_KINDS
@@ -89,11 +90,14 @@ class PreparedData:
     items_per_user: Optional[float] = None  # training interactions per user, on average
 
     @classmethod
-    def from_summary(cls, summary: Optional[dict]) -> PreparedData:
+    def read(cls, summary: Optional[dict], paths: artifacts.RunPaths) -> PreparedData:
+        """The facts of the prepare stage's ``summary`` for the run at ``paths`` (no examples manifest: Item2Vec's
+        runs, which read the interaction table, stream nothing)."""
         summary = summary or {}
-        examples = summary.get("examples") or {}
         users, interactions = summary.get("users"), summary.get("train_interactions")
-        return cls((summary.get("order") or {}).get("order"), examples.get("kind"), bool(examples.get("streamed")),
+        manifest = prepare.examples_dir(paths) / examples_lib.MANIFEST
+        streamed = manifest.exists() and bool(artifacts.read_json(manifest).get("streamed"))
+        return cls((summary.get("order") or {}).get("order"), (summary.get("examples") or {}).get("kind"), streamed,
                    summary.get("tuning"), interactions / users if users and interactions else None)
 
     @property

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import pandas as pd
@@ -171,6 +171,10 @@ def from_files(train: str | os.PathLike, test: str | os.PathLike, validation: Op
     return Split(train_frame, parts["test"], parts.get("validation"), dropped)
 
 
+# The Holdout fields a split's settings carry: the config.data keys of the same names, and the run's seed.
+SPLIT_FIELDS = ("holdout_n", "validation", "holdout_fraction", "temporal_quantile", "seed")
+
+
 @dataclasses.dataclass(frozen=True)
 class Holdout:
     """A split's parameters, named as the ``config.data`` keys they come from, plus the run's seed, a cut-off time
@@ -187,11 +191,11 @@ class Holdout:
 
     @classmethod
     def of(cls, source: Any, **overrides: Any) -> Holdout:
-        """The fields ``source`` holds (``config.data``, its JSON, or an object with these attributes), then
-        ``overrides``; missing fields keep their defaults."""
-        read = source.get if callable(getattr(source, "get", None)) else functools.partial(getattr, source)
-        values = {field.name: read(field.name, field.default) for field in dataclasses.fields(cls)}
-        return cls(**{**values, **overrides})
+        """The fields :data:`SPLIT_FIELDS` as ``source`` holds them (the prepare stage's settings, or a mapping of
+        them), then ``overrides`` (``test_path``, ``cutoff``, ``partition``); a field ``source`` lacks is an error,
+        never a default of this class."""
+        read = source.__getitem__ if isinstance(source, Mapping) else functools.partial(getattr, source)
+        return cls(**{**{name: read(name) for name in SPLIT_FIELDS}, **overrides})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -148,7 +148,7 @@ class TrainingJob:
     def _training_run(self, budgeted: bool = False) -> tuning.TrainingRun:
         """What training reads, with the schedule for the size of the catalogue (``tuning.for_catalogue``);
         ``budgeted``: with the run's time budget (``train.time_budget_s``), for which the baselines are tuned now."""
-        prepared = handoff.PreparedData.from_summary(self.stages.summary("prepare"))
+        prepared = handoff.PreparedData.read(self.stages.summary("prepare"), self.paths)
         item_vocab = self._vocabularies()[0]
         config, schedule = tuning.for_catalogue(self.config, item_vocab.size - NUM_RESERVED)
         time_budget = None

@@ -125,3 +125,20 @@ def test_prepare_reads_the_split_registry():
     assert prepare.SPLITS == tuple(splits.SPLITS) and prepare.TIME_SPLITS == splits.TIME_SPLITS
     for name, protocol in splits.SPLITS.items():
         assert protocol.describe(splits.Holdout()), name
+
+
+def test_a_holdout_reads_every_split_field_from_its_source_and_has_no_defaults_of_its_own(tmp_path):
+    """``Holdout.of`` takes the split's fields from the settings it is given; a field they lack is an error (the
+    config's declared defaults are the one place defaults live), and a run's config.json written without a key
+    describes its split with the key's declared default."""
+    from retrieval import artifacts
+    from retrieval.data import splits
+    from retrieval.evaluation import loading
+
+    fields = {"holdout_n": 3, "validation": False, "holdout_fraction": 0.3, "temporal_quantile": 0.8, "seed": 5}
+    holdout = splits.Holdout.of(fields, partition=True)
+    assert (holdout.holdout_n, holdout.holdout_fraction, holdout.seed, holdout.partition) == (3, 0.3, 5, True)
+    with pytest.raises(KeyError, match="holdout_n"):
+        splits.Holdout.of({name: value for name, value in fields.items() if name != "holdout_n"})
+    artifacts.write_json(artifacts.RunPaths(tmp_path).config, {"seed": 1, "data": {"split": "leave_last_n"}})
+    assert loading.protocol_of(tmp_path)[1].startswith("leave-last-one-out")  # data.holdout_n's declared 1

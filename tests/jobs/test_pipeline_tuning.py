@@ -44,7 +44,7 @@ def test_sequences_hold_out_each_users_last_training_item_then_refit(log_path, t
     examples = job.stages.summary("prepare")["examples"]["count"]
     assert summary["steps"] == tuned["best_epoch"] * math.ceil(examples / 256)
     # the public pieces an experiment reuses: the tuned model scores its best epoch's metric again
-    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     assert run.data.holdout == holdout and not run.data.is_set and not run.data.streamed
     score = tuning.validation_fn(run, tuning.tuned_model(run), *run.vocabularies(), tuning=True)
     assert score() == pytest.approx(tuned["best_metric"], abs=1e-6)
@@ -112,7 +112,7 @@ def test_a_warm_refit_continues_from_the_tuned_weights_at_the_learning_rate_of_t
         if name != log_q:
             np.testing.assert_array_equal(value, tuned[name], err_msg=name)
     # log-Q is the counts' of each phase: the tuning part's while tuning, all the training data's in the refit
-    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     item_vocab = run.vocabularies()[0]
     held = pd.read_parquet(prepare.tuning_data(job.paths, "train"))["item_id"].value_counts()
     expected = np.zeros(item_vocab.size, np.int64)
@@ -173,7 +173,7 @@ def test_early_stopping_in_tuning_ranks_the_items_warm_in_the_tuning_part(log_pa
             "train.refit": False, "train.epochs": 1}
     job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "sets")
     job.run()
-    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     seen = {}
     monkeypatch.setattr(early_stopping, "recall_fn", lambda model, train, validation, item_vocab, *a, **k:
                         seen.setdefault("vocab", item_vocab))
@@ -212,7 +212,7 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
     assert trial["kept"] == (trial["with"] > trial["without"]) == record["teacher"]
     assert record["best_metric"] == max(trial["with"], trial["without"])
     assert trial["variant"] == "user_ids" and record["variant"] == ("user_ids" if trial["kept"] else None)
-    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     assert tuning._latest_tuning_checkpoint(run).startswith(str(taught if trial["kept"] else taught.parent))
     model = tuning.final_model(run)  # the refit follows the choice: a user-id table only with the teacher kept
     assert any("user_id" in weight.name for weight in model.weights) == trial["kept"]
@@ -253,7 +253,7 @@ def test_a_variant_is_tuned_on_the_same_holdout_and_kept_only_where_it_reads_cle
     margin = 1.0 + job.config.train.variant_min_gain  # a near tie keeps the configured towers
     assert trial["kept"] == (trial["metric"] > configured * margin) == (record["variant"] == "softer")
     assert record["best_metric"] == (trial["metric"] if trial["kept"] else configured)
-    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     choice = tuning._choice(run)
     assert choice.variant == record["variant"]
     assert tuning._latest_tuning_checkpoint(run).startswith(str(directory if trial["kept"] else directory.parent))
@@ -282,7 +282,7 @@ def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and
     job.run()
     trial, = job.stages.summary("train")["tuning"]["variant_trials"]
     assert trial["tried"] and (job.paths.checkpoints / "tuning" / "self_attention" / "variant.json").exists()
-    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.from_summary(job.stages.summary("prepare")))
+    run = tuning.TrainingRun(job.config, job.paths, handoff.PreparedData.read(job.stages.summary("prepare"), job.paths))
     examples = run.data.load_examples(job.paths, job.config, tuning=True)
     recent = examples.most_recent(1)
     assert len(recent) == len(np.unique(examples.arrays["user"])) < len(examples)

@@ -70,8 +70,16 @@ def test_the_self_attentive_variant_fills_a_step_with_about_the_same_positions_w
                                                       PreparedData("time", "next_item", items_per_user=48.8))
 
 
-def test_prepared_data_reads_the_mean_history_from_the_prepare_summary():
+def test_prepared_data_reads_the_mean_history_from_the_summary_and_streaming_from_the_examples_manifest(tmp_path):
+    from retrieval import artifacts
+    from retrieval.data import examples, prepare
     from retrieval.data.handoff import PreparedData
 
-    assert PreparedData.from_summary({"users": 3000, "train_interactions": 146538}).items_per_user == 146538 / 3000
-    assert PreparedData.from_summary({}).items_per_user is None
+    paths = artifacts.RunPaths(tmp_path)
+    summary = {"users": 3000, "train_interactions": 146538, "examples": {"kind": "set", "streamed": False}}
+    assert PreparedData.read(summary, paths).items_per_user == 146538 / 3000
+    assert PreparedData.read({}, paths).items_per_user is None
+    assert not PreparedData.read(summary, paths).streamed  # no examples written: nothing streamed
+    prepare.examples_dir(paths).mkdir(parents=True)
+    artifacts.write_json(prepare.examples_dir(paths) / examples.MANIFEST, {"kind": "set", "streamed": True})
+    assert PreparedData.read(summary, paths).streamed  # the manifest's word, not the stage summary's
