@@ -27,7 +27,7 @@ import dataclasses
 import math
 import numbers
 import re
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import ml_collections
 
@@ -181,15 +181,33 @@ STEPS = integer(1, COUNT)
 
 
 @dataclasses.dataclass(frozen=True)
+class Needs:
+    """A cross-key rule, declared beside the key it is about (``Key.needs``): ``holds(value, config)`` says whether
+    the key's ``value`` goes with the rest of ``config`` (every declared key by its dotted name: ``Settled``), and
+    ``message`` what is wrong when it does not (a text, or a function of the same two that writes it); the error names
+    the key. ``jobs.config_checks`` checks every key's."""
+
+    holds: Callable[[Any, Mapping[str, Any]], bool]
+    message: Union[str, Callable[[Any, Mapping[str, Any]], str]]
+
+    def problem(self, value: Any, config: Mapping[str, Any]) -> Optional[str]:
+        """What is wrong with ``value`` in ``config`` (None: nothing)."""
+        if self.holds(value, config):
+            return None
+        return self.message if isinstance(self.message, str) else self.message(value, config)
+
+
+@dataclasses.dataclass(frozen=True)
 class Key:
     """One key of a section: its name in the section (dotted below a sub-section, ``"item_tower.id_dropout"``), its
     default, what it accepts and what it means (the reference page's text; ``""``: the meaning of the key declared
-    just above, as for ``user_column`` / ``item_column``)."""
+    just above, as for ``user_column`` / ``item_column``), and what it needs of other keys (:class:`Needs`)."""
 
     name: str
     default: Any
     rule: Rule
     doc: str = ""
+    needs: tuple[Needs, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

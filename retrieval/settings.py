@@ -21,6 +21,7 @@ from retrieval.config_keys import (
     SEED,
     STEPS,
     Key,
+    Needs,
     Section,
     flag,
     integer,
@@ -186,7 +187,9 @@ TRAIN = Section("train", (
         'XLA-compile the training step: "auto" (on when the objective samples no negatives (in-batch without extra '
         'negatives, full softmax) and training runs on one replica), "on" or "off". XLA fuses the step, sums the '
         "embedding gradients densely and pools the history in chunks fused with its lookup (layers.sum_over_positions): "
-        "2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py)."),
+        "2.1x the examples/s on 2 CPU cores (benchmarks/bench_training.py).",
+        needs=(Needs(lambda jit, c: jit != "on" or c["train.strategy"] != "parameter_server",
+                     "XLA is not available under parameter_server; use 'auto' or 'off'"),)),
     Key("sparse_updates", "auto", one_of(SPARSE_UPDATES),
         "Lazy (row-wise sparse) optimizer updates of the embedding tables (retrieval/optimizers.py, "
         "docs/sparse-updates.md): a step updates only the rows the batch looked up, and their moments, so its cost does "

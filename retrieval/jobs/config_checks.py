@@ -3,8 +3,10 @@
 Every key of the configuration must be declared, with its rule, by its section (:data:`RULES` gathers them from
 ``retrieval.jobs.sections.SECTIONS``; type, range, choices: ``retrieval.config_keys``); an undeclared key is an
 error, so a key added to a config file cannot skip validation (``tests/test_validation.py`` walks every key of every
-shipped config). This module holds only what no single key can say: the cross-key checks (:data:`CROSS_CHECKS`): a split that needs a file or a timestamp, features declared without their
-table, objective combinations, Item2Vec's batch / group divisibility, input files that must exist, gate metrics
+shipped config). This module holds only what no single key can say: the cross-key checks (:data:`CROSS_CHECKS`):
+the rules declared beside their keys (``Key.needs``: objective combinations, the item tower's terms, Item2Vec's
+batch / group divisibility), a split that needs a file or a timestamp, features declared without their
+table, input files that must exist, gate metrics
 that the evaluation will actually report, the most-popular baseline that the gate's lift check needs, the named
 columns in the input files' headers, and settings whose memory alone exceeds the machine's. Every problem found is
 reported, one line, through ``InputError``. Nothing here imports TensorFlow (the choices come from
@@ -13,7 +15,8 @@ reported, one line, through ``InputError``. Nothing here imports TensorFlow (the
 The checks read a config through :class:`Settled`: every declared key, the config's value or else the declared
 default, so no check keeps a default of its own (a config built by hand may leave keys out).
 
-Adding a key: declare it in its section (its default, rule and meaning, one :class:`~retrieval.config_keys.Key`).
+Adding a key: declare it in its section (its default, rule and meaning, one :class:`~retrieval.config_keys.Key`),
+with what it needs of other keys beside it (``Key.needs``, checked by :func:`_declared_needs`).
 """
 
 from __future__ import annotations
@@ -251,29 +254,16 @@ def _model(c: Settled) -> Iterator[Problem]:
     for key in needed.get(model_type, ()):
         if key not in c.given:
             yield "model_type", f"{model_type!r} needs config.{key} (start from configs/{model_type}.py)"
-    sampled = model_config.samples_negatives(c["model.objective.name"], c["model.objective.negatives"])
-    if sampled and c["model.objective.num_negatives"] < 1:
-        yield "model.objective.num_negatives", f"{c['model.objective.name']} with sampled negatives needs at least 1"
-    if c["model.objective.output_table"] and not sampled:
-        yield "model.objective.output_table", ("the output table needs sampled negatives: "
-                                               f"{model_config.sampled_objectives()}")
-    for key, what in (("content_match", "the content-match term"), ("content_profile_weight", "the content profile")):
-        if c[f"model.item_tower.{key}"] and c["model.user_tower.pooling"] == "self_attention":
-            yield f"model.item_tower.{key}", (f"{what} pools the history's features: it needs "
-                                              "model.user_tower.pooling 'mean' or 'attention'")
-    if c["model.item_tower.cold_head"] and not c["model.item_tower.id_dropout"]:
-        yield "model.item_tower.cold_head", ("the cold head learns from the dropped ids: it needs "
-                                             "model.item_tower.id_dropout > 0")
-    if c["model.item_tower.content_profile_weight"] and c["model.objective.output_table"]:
-        yield "model.item_tower.content_profile_weight", "the content profile needs the item tower, not output_table"
-    elif c["model.item_tower.content_profile_weight"] and not c["model.item_tower.cold_head"]:
-        yield "model.item_tower.content_profile_weight", ("the content profile is the cold head's term: it needs "
-                                                          "model.item_tower.cold_head")
-    if c["train.strategy"] == "parameter_server" and c["train.jit_compile"] == "on":
-        yield "train.jit_compile", "XLA is not available under parameter_server; use 'auto' or 'off'"
-    if "item2vec.batch_size" in c and c["item2vec.batch_size"] % c["item2vec.negative_group"]:
-        yield "item2vec.negative_group", (f"must divide item2vec.batch_size {c['item2vec.batch_size']}, got "
-                                          f"{c['item2vec.negative_group']}")
+
+
+def _declared_needs(c: Settled) -> Iterator[Problem]:
+    """The cross-key rules declared beside their keys (``config_keys.Needs``), every section's."""
+    for section in sections.SECTIONS:
+        for key in section.keys:
+            for need in key.needs:
+                name = section.qualified(key)
+                if (problem := need.problem(c[name], c)) is not None:
+                    yield name, problem
 
 
 def physical_memory_bytes() -> int:
@@ -375,7 +365,7 @@ def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
 
 
 CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
-    _data, _columns, _shards, _index_factory, _model, _machine, _memory, _gate_metrics, _gate_lift)
+    _data, _columns, _shards, _index_factory, _model, _declared_needs, _machine, _memory, _gate_metrics, _gate_lift)
 
 
 def key_problems(config: Mapping) -> list[Problem]:

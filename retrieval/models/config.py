@@ -18,6 +18,7 @@ from retrieval.config_keys import (
     MAX_HISTORY,
     SEED,
     Key,
+    Needs,
     Section,
     flag,
     integer,
@@ -30,6 +31,12 @@ NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
 POOLINGS = ("mean", "attention", "self_attention")
+
+
+def pooled_history(what: str) -> Needs:
+    """The rule of an item-tower term that pools the history's features: a pooled history, not a sequence encoder."""
+    return Needs(lambda value, c: not value or c["model.user_tower.pooling"] != "self_attention",
+                 f"{what} pools the history's features: it needs model.user_tower.pooling 'mean' or 'attention'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,20 +137,29 @@ MODEL = Section("model", (
         "of the mean of the history items' feature encodings added to the user vector, so the score gains a learned "
         "content-match term (mean history features)^T W^T W (item features): the content profile's form (the "
         "cold-item evaluation's content baseline) with a learned metric, beside the towers' MLPs. Pooled histories "
-        '(mean, attention) only. configs/catalogue.py sets it (JOURNAL.md, "Issue 35: a content-match term").'),
+        '(mean, attention) only. configs/catalogue.py sets it (JOURNAL.md, "Issue 35: a content-match term").',
+        needs=(pooled_history("the content-match term"),)),
     Key("item_tower.cold_head", False, flag(),
         "With item features and id_dropout > 0 only: a second user head for the items placed by their features alone. "
         "The vector of an item read at the unknown-id row (cold items; in training, the dropped ids) lands in a second "
         "block of the item vector, the first block zero, so the user tower's second output scores it: the user's "
         "vector for new items is learned apart from the one for known items, and one softmax over both keeps their "
-        "scores comparable. The exported vectors are twice embedding_dim wide, compared by inner product."),
+        "scores comparable. The exported vectors are twice embedding_dim wide, compared by inner product.",
+        needs=(Needs(lambda on, c: not on or c["model.item_tower.id_dropout"] > 0,
+                     "the cold head learns from the dropped ids: it needs model.item_tower.id_dropout > 0"),)),
     Key("item_tower.content_profile_weight", 0.0, number(0, 100),
         "With item features only: the weight g of the content profile's score, + g cos(profile, item): item vectors "
         "gain the item's TF-IDF content vector (the cold-item evaluation's content baseline) projected to "
         "content_profile_dim coordinates, times sqrt(g), the user vector the normalised mean of the history's, times "
         "sqrt(g) (retrieval.models.content_profile); the exported vectors are then compared by inner product. Needs "
         "cold_head: only the items placed by their features alone carry it, in training too (configs/catalogue.py "
-        'sets 0.3). Pooled histories (mean, attention) only. 0: off.'),
+        'sets 0.3). Pooled histories (mean, attention) only. 0: off.',
+        needs=(
+            pooled_history("the content profile"),
+            Needs(lambda weight, c: not weight or not c["model.objective.output_table"],
+                  "the content profile needs the item tower, not output_table"),
+            Needs(lambda weight, c: not weight or c["model.objective.output_table"] or c["model.item_tower.cold_head"],
+                  "the content profile is the cold head's term: it needs model.item_tower.cold_head"))),
     Key("item_tower.content_profile_dim", 64, DIM,
         "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
         "vectors (all terms, exactly, when there are at most this many)."),
@@ -206,7 +222,10 @@ MODEL = Section("model", (
         "expected count among a row's noise), plus num_negatives mixed-in sampled ones. The other objectives ignore it."),
     Key("objective.num_negatives", 0, integer(0, MAX_BATCH),
         'Sampled negatives per batch: sampled_softmax\'s (or a binary objective\'s, negatives="sampled") negatives, or '
-        'the in-batch objectives\' extra ("mixed") negatives, 0: none.'),
+        'the in-batch objectives\' extra ("mixed") negatives, 0: none.',
+        needs=(Needs(
+            lambda n, c: n >= 1 or not samples_negatives(c["model.objective.name"], c["model.objective.negatives"]),
+            lambda n, c: f"{c['model.objective.name']} with sampled negatives needs at least 1"),)),
     Key("objective.sampler", "unigram", one_of(SAMPLERS),
         'Candidate sampler: "unigram" (training counts ** distortion), "log_uniform" (Zipfian over indices, which the '
         'vocabulary orders by decreasing count), "uniform".'),
@@ -227,7 +246,10 @@ MODEL = Section("model", (
     Key("objective.output_table", False, flag(),
         "Objectives with sampled negatives only: score candidates with a separate output table plus a per-item bias "
         "(the classic YoutubeDNN softmax layer) instead of the item tower. Item vectors are then [w_i, b_i] and user "
-        "vectors [u / temperature, 1]."),
+        "vectors [u / temperature, 1].",
+        needs=(Needs(
+            lambda on, c: not on or samples_negatives(c["model.objective.name"], c["model.objective.negatives"]),
+            lambda on, c: f"the output table needs sampled negatives: {sampled_objectives()}"),)),
 ), __name__)
 
 

@@ -45,6 +45,7 @@ from retrieval.config_keys import (
     SEED,
     STEPS,
     Key,
+    Needs,
     Section,
     flag,
     integer,
@@ -75,7 +76,9 @@ ITEM2VEC = Section("item2vec", (
     Key("noise_exponent", 0.75, number(0, 10)),
     Key("negative_group", 1, BATCH,
         "g: consecutive pairs of a shuffled epoch sharing one draw of K negatives (1: independent negatives, as in "
-        "word2vec; the expected gradient is the same for any g). Must divide batch_size."),
+        "word2vec; the expected gradient is the same for any g). Must divide batch_size.",
+        needs=(Needs(lambda group, c: c["item2vec.batch_size"] % group == 0,
+                     lambda group, c: f"must divide item2vec.batch_size {c['item2vec.batch_size']}, got {group}"),)),
     Key("subsample", 0.001, number(0, 1),
         "Frequent-item subsampling threshold t: an occurrence of an item of frequency f is kept with probability min(1, "
         "sqrt(t/f) + t/f), drawn again every epoch. 0: no subsampling."),
