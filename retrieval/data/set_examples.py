@@ -102,9 +102,9 @@ def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_histor
                   teacher=None):
     """Blocks of ``block_size`` examples of one epoch of ``(users, labels)`` (int32 tensors, grouped by user), the
     histories drawn with the stateless seed ``key`` (see the module docstring); TensorFlow ops only, so that it runs
-    inside ``tf.data`` on arrays held in memory or read from a shard file. ``teacher``: ``(users, labels)`` of teacher
-    pairs and their weights (or None), rows after the training pairs', their histories the user's first training items
-    in the epoch's order."""
+    inside ``tf.data`` on arrays held in memory or read from a shard file. ``teacher``: ``(users, labels, weights)`` of
+    teacher pairs, rows after the training pairs', their histories the user's first training items in the epoch's
+    order; ``weights`` is every row's (the training pairs' 1, then the teacher pairs'), or None without weights."""
     import tensorflow as tf
 
     real = tf.size(labels, out_type=tf.int64)

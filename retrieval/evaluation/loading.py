@@ -135,7 +135,7 @@ def protocol_of(run_dir, test_path: Optional[str] = None) -> tuple[str, str]:
     config = Settled(stored, (TOP, DATA))
     name = config["data.split"]
     if name in splits.SPLITS:
-        fields = {name: config["seed" if name == "seed" else f"data.{name}"] for name in splits.SPLIT_FIELDS}
+        fields = {field: config["seed" if field == "seed" else f"data.{field}"] for field in splits.SPLIT_FIELDS}
         holdout = splits.Holdout.of(fields, test_path=config["data.test_path"])
         return name, splits.SPLITS[name].describe(holdout) + _order_note(run_dir)
     return "unknown", "the run's data/test.parquet (split not recorded in config.json)"
