@@ -262,14 +262,27 @@ class StopBelowCallback(tf.keras.callbacks.Callback):
 
 @dataclasses.dataclass(frozen=True)
 class EpochTime:
-    """The first epoch's wall time (``seconds``, its validation included) and its validation's alone."""
+    """The first epoch's wall time (``seconds``, its validation included), its validation's alone, and
+    ``compile_seconds``: how much longer its first execution took than the others (tracing and XLA compilation,
+    paid once per model), so that the further epochs are planned at :attr:`steady_seconds`."""
 
     seconds: float
     validation_seconds: float = 0.0
+    compile_seconds: float = 0.0
 
     @property
     def training_seconds(self) -> float:
+        """The epoch's training steps, the first one's compilation included."""
         return max(self.seconds - self.validation_seconds, 0.0)
+
+    @property
+    def steady_seconds(self) -> float:
+        """What each further epoch takes (its validation included): the first without its compilation."""
+        return max(self.seconds - self.compile_seconds, 0.0)
+
+    @property
+    def steady_training_seconds(self) -> float:
+        return max(self.training_seconds - self.compile_seconds, 0.0)
 
 
 class PlanEpochs(tf.keras.callbacks.Callback):
@@ -288,13 +301,20 @@ class PlanEpochs(tf.keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.epochs is None:
-            self._start = time.perf_counter()
+            self._start, self._first_step, self._steps = time.perf_counter(), None, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epochs is None:
+            self._steps += 1
+            if self._first_step is None:
+                self._first_step = time.perf_counter() - self._start
 
     def on_epoch_end(self, epoch, logs=None):
         if self.epochs is not None:
             return
         seconds = time.perf_counter() - self._start
-        measured = EpochTime(seconds, self.evaluation.seconds if self.evaluation is not None else 0.0)
+        validation = self.evaluation.seconds if self.evaluation is not None else 0.0
+        measured = EpochTime(seconds, validation, self._compile_seconds(seconds - validation))
         self.epochs = min(max(int(self.plan(measured)), epoch + 1), self.cap)
         total_steps = self.epochs * self.steps_per_epoch
         self.decay_steps.assign(float(cosine_steps(total_steps, self.warmup_steps)))
@@ -306,7 +326,15 @@ class PlanEpochs(tf.keras.callbacks.Callback):
             self.model.stop_training = True
         if self.record is not None:
             artifacts.write_json(self.record, {"epochs": self.epochs, "first_epoch_seconds": measured.seconds,
-                                               "validation_seconds": measured.validation_seconds})
+                                               "validation_seconds": measured.validation_seconds,
+                                               "compile_seconds": measured.compile_seconds})
+
+    def _compile_seconds(self, training_seconds: float) -> float:
+        """The first execution's time beyond the mean of the epoch's others (0 with a single one)."""
+        if self._first_step is None or self._steps < 2:
+            return 0.0
+        others = (training_seconds - self._first_step) / (self._steps - 1)
+        return max(self._first_step - others, 0.0)
 
 
 class CheckpointEvery(_StepCallback):

@@ -55,3 +55,25 @@ def test_the_reserve_counts_the_ranking_of_every_test_user(tmp_path, names, expe
     seconds = budget.evaluation_seconds(paths, names, {}, n_items=1_000_000)
     ranking = (1 + len(names)) * 3 * 1_000_000 * baseline_tuning.RANK_S_PER_SCORE
     assert seconds == pytest.approx(expected_fits + ranking + budget.FIXED_S)
+
+
+def test_the_plan_counts_the_first_steps_compilation_once():
+    from retrieval.training import EpochTime
+
+    # A first epoch of 70 s of which 10 s compiling: further epochs cost 60 s, and the warm refit pays the
+    # compilation once (10 + 2 x 45 / 0.9 = 110 s): (900 - 110) / 60 = 13.2, so 13 more.
+    decide = budget.plan(budget.TimeBudget(1000.0, 100.0, Clock()), "tuning", 40, refit=True, refit_epochs=2,
+                         refit_scale=1.0 / 0.9)
+    assert decide(EpochTime(70.0, 15.0, compile_seconds=10.0)) == 14
+    assert decide(EpochTime(70.0, 15.0)) == 12  # counted in every epoch: (900 - 122.2) / 70 = 11.1 more
+
+
+def test_the_first_steps_compilation_is_its_time_beyond_the_other_steps_mean():
+    from retrieval.training import PlanEpochs
+
+    planner = PlanEpochs(lambda measured: 1, cap=4, steps_per_epoch=11, warmup_steps=0, decay_steps=None,
+                         record=None, dependents=[])
+    planner._first_step, planner._steps = 5.0, 11
+    assert planner._compile_seconds(15.0) == pytest.approx(4.0)  # the other 10 steps: 1 s each
+    planner._steps = 1
+    assert planner._compile_seconds(15.0) == 0.0  # a single step: nothing to compare with
