@@ -262,34 +262,40 @@ class StopBelowCallback(tf.keras.callbacks.Callback):
 
 @dataclasses.dataclass(frozen=True)
 class EpochTime:
-    """The first epoch's wall time (``seconds``, its validation included), its validation's alone, and
-    ``compile_seconds``: how much longer its first execution took than the others (tracing and XLA compilation,
-    paid once per model), so that the further epochs are planned at :attr:`steady_seconds`."""
+    """A measured epoch's wall time (``seconds``, its validation included) and its validation's alone; ``done``: the
+    epochs done when it ended; ``compile_seconds``: how much longer the first epoch's first execution took than its
+    others (tracing and XLA compilation, paid once per model: again by a refit, never by a further epoch)."""
 
     seconds: float
     validation_seconds: float = 0.0
     compile_seconds: float = 0.0
+    done: int = 1
 
     @property
     def training_seconds(self) -> float:
-        """The epoch's training steps, the first one's compilation included."""
+        """The epoch's training steps, the first epoch's compilation included."""
         return max(self.seconds - self.validation_seconds, 0.0)
 
     @property
     def steady_seconds(self) -> float:
         """What each further epoch takes (its validation included): the first without its compilation."""
-        return max(self.seconds - self.compile_seconds, 0.0)
+        return max(self.seconds - (self.compile_seconds if self.done == 1 else 0.0), 0.0)
 
     @property
     def steady_training_seconds(self) -> float:
-        return max(self.training_seconds - self.compile_seconds, 0.0)
+        return max(self.steady_seconds - self.validation_seconds, 0.0)
 
 
 class PlanEpochs(tf.keras.callbacks.Callback):
-    """Sets the run's length after its first epoch: ``plan(EpochTime)`` gives the epoch count (clamped to
-    [1, ``cap``]); the cosine's length (``decay_steps``, a variable the schedule reads every step), the stop and the
-    progress lines follow it, and ``record`` keeps the decision so that a resumed run trains to the same length
-    (``fit``). Must run after the validation (``EvaluateCallback``) and before the progress line of the epoch."""
+    """Sets the run's length from its measured epochs: ``plan(EpochTime)`` gives the epoch count (clamped to
+    [epochs done, ``cap``]) after the first epoch, and again after the second, whose time has none of the first's
+    one-time costs (the first execution's compilation, which the first plan leaves out, and the first validation's
+    set-up, which it cannot tell apart); the cosine's length (``decay_steps``, a variable the schedule reads every
+    step), the stop and the progress lines follow it, and ``record`` keeps the decision so that a resumed run trains
+    to the same length (``fit``). Must run after the validation (``EvaluateCallback``) and before the progress line
+    of the epoch."""
+
+    PLANS = 2  # after the first epoch and after the second
 
     def __init__(self, plan: Callable[[EpochTime], int], cap: int, steps_per_epoch: int, warmup_steps: int,
                  decay_steps: tf.Variable, record: Optional[Path], dependents: list,
@@ -298,23 +304,27 @@ class PlanEpochs(tf.keras.callbacks.Callback):
         self.plan, self.cap, self.steps_per_epoch, self.warmup_steps = plan, cap, steps_per_epoch, warmup_steps
         self.decay_steps, self.record, self.dependents, self.evaluation = decay_steps, record, dependents, evaluation
         self.epochs: Optional[int] = None
+        self.plans, self._compile = 0, 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self.epochs is None:
+        if self.plans < self.PLANS:
             self._start, self._first_step, self._steps = time.perf_counter(), None, 0
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.epochs is None:
+        if self.plans < self.PLANS:
             self._steps += 1
             if self._first_step is None:
                 self._first_step = time.perf_counter() - self._start
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.epochs is not None:
+        if self.plans >= self.PLANS:
             return
         seconds = time.perf_counter() - self._start
         validation = self.evaluation.seconds if self.evaluation is not None else 0.0
-        measured = EpochTime(seconds, validation, self._compile_seconds(seconds - validation))
+        if self.plans == 0:
+            self._compile = self._compile_seconds(seconds - validation)
+        self.plans += 1
+        measured = EpochTime(seconds, validation, self._compile, done=epoch + 1)
         self.epochs = min(max(int(self.plan(measured)), epoch + 1), self.cap)
         total_steps = self.epochs * self.steps_per_epoch
         self.decay_steps.assign(float(cosine_steps(total_steps, self.warmup_steps)))
@@ -324,8 +334,10 @@ class PlanEpochs(tf.keras.callbacks.Callback):
                 callback.epochs = self.epochs
         if self.epochs == epoch + 1:  # this epoch was the last (StopAtStep only looks at the end of a batch)
             self.model.stop_training = True
+            self.plans = self.PLANS
         if self.record is not None:
-            artifacts.write_json(self.record, {"epochs": self.epochs, "first_epoch_seconds": measured.seconds,
+            artifacts.write_json(self.record, {"epochs": self.epochs, "measured_epoch": epoch + 1,
+                                               "epoch_seconds": measured.seconds,
                                                "validation_seconds": measured.validation_seconds,
                                                "compile_seconds": measured.compile_seconds})
 
@@ -472,7 +484,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
       evaluate_fn: ``() -> float``, a validation metric (higher is better, e.g. full-corpus recall@k of the
         current weights), logged as ``config.eval_metric_name`` and used for early stopping.
       validation_examples: optional held-out examples whose loss is logged as ``val_loss`` each epoch.
-      plan_epochs: ``EpochTime -> int``: the epoch count, set from the first epoch's measured time (a time budget,
+      plan_epochs: ``EpochTime -> int``: the epoch count, set from the first two epochs' measured times (a time budget,
         ``retrieval.jobs.budget``), at most ``config.epochs``; the cosine spans it (``PlanEpochs``). The decision is
         kept in ``checkpoint_dir`` (:data:`PLAN_RECORD`), and a resumed run trains to it.
       phase: a name the epoch lines start with (e.g. ``tuning``, ``refit``), so each ETA says what it is the ETA of.

@@ -6,7 +6,7 @@ The train stage tunes the baselines first (``evaluation.runs.tune_baselines``: t
 guessed) and estimates what follows training (:func:`evaluation_seconds`: the baselines' fits on all training data
 from their cost models, and the full-corpus ranking of every test user by the model and by each baseline). Training
 then measures its first epoch (``training.PlanEpochs``; its first step's compilation counted once, not in every
-epoch) and takes as many epochs as the time left holds
+epoch), and its second again (no first-call costs), and takes as many epochs as the time left holds
 (:meth:`TimeBudget.epochs`): the tuning phase keeps room for the refit after it (a warm refit's fixed epochs, or a
 refit from scratch as long as the tuning), and early stopping still ends it sooner. The cosine spans the planned
 epochs, so a shorter run still anneals. The budget is a target, not a guarantee: the estimates are on the safe
@@ -42,17 +42,17 @@ class TimeBudget:
     reserve_s: float
     clock: Callable[[], float] = time.monotonic
 
-    def epochs(self, epoch_s: float, training_epoch_s: float, cap: int, *, refit_fixed_s: float = 0.0,
+    def epochs(self, epoch_s: float, training_epoch_s: float, cap: int, *, done: int = 1, refit_fixed_s: float = 0.0,
                refit_scale: float = 0.0) -> int:
-        """The epoch count (1 to ``cap``) that ends training in time, one epoch being done now: each further epoch
-        costs ``epoch_s`` (its validation included), and the phase after it ``refit_fixed_s`` plus ``refit_scale`` x
-        ``training_epoch_s`` per epoch of this one (a refit from scratch for the best epoch count: ``refit_scale`` =
-        its examples over this phase's)."""
+        """The epoch count (``done`` to ``cap``) that ends training in time, ``done`` epochs being done now: each
+        further epoch costs ``epoch_s`` (its validation included), and the phase after it ``refit_fixed_s`` plus
+        ``refit_scale`` x ``training_epoch_s`` per epoch of this one (a refit from scratch for the best epoch count:
+        ``refit_scale`` = its examples over this phase's)."""
         left = self.deadline - self.clock() - self.reserve_s - refit_fixed_s
         per_epoch = epoch_s + refit_scale * training_epoch_s
-        # (E - 1) more epochs of this phase and E epochs' worth of the refit must fit in what is left.
-        more = math.floor((left - refit_scale * training_epoch_s) / per_epoch) if per_epoch > 0 else cap
-        return int(min(max(1 + more, 1), cap))
+        # (E - done) more epochs of this phase and E epochs' worth of the refit must fit in what is left.
+        more = math.floor((left - done * refit_scale * training_epoch_s) / per_epoch) if per_epoch > 0 else cap
+        return int(min(max(done + more, done), cap))
 
 
 def _pairs_per_user(path) -> np.ndarray:
@@ -88,18 +88,19 @@ def plan(budget: TimeBudget, phase: str, cap: int, *, refit: bool, refit_epochs:
                 fixed = measured.compile_seconds + refit_epochs * refit_scale * measured.steady_training_seconds
             else:
                 fixed, scale = measured.compile_seconds, refit_scale
-        epochs = budget.epochs(measured.steady_seconds, measured.steady_training_seconds, cap, refit_fixed_s=fixed,
-                               refit_scale=scale)
+        epochs = budget.epochs(measured.steady_seconds, measured.steady_training_seconds, cap, done=measured.done,
+                               refit_fixed_s=fixed, refit_scale=scale)
         left = budget.deadline - budget.clock()
-        logging.info("time budget: %s epochs of %s (first epoch %.0f s, of which its validation %.0f s and its first "
-                     "step's compilation %.0f s; %.0f s left in the budget, %.0f s kept for the evaluation and "
-                     "baselines%s)", epochs, phase, measured.seconds, measured.validation_seconds,
-                     measured.compile_seconds, left, budget.reserve_s,
+        logging.info("time budget: %s epochs of %s (epoch %d took %.0f s, of which its validation %.0f s%s; %.0f s "
+                     "left in the budget, %.0f s kept for the evaluation and baselines%s)", epochs, phase,
+                     measured.done, measured.seconds, measured.validation_seconds,
+                     f" and its first step's compilation {measured.compile_seconds:.0f} s" if measured.done == 1 else "",
+                     left, budget.reserve_s,
                      f", a refit of as many epochs ({scale:.2f}x each)" if scale else
                      f", {fixed:.0f} s for the refit" if fixed else "")
-        if epochs == 1 and left - budget.reserve_s < measured.steady_seconds:
-            logging.warning("time budget: already spent (%.0f s left, %.0f s kept for the evaluation): one epoch",
-                            left, budget.reserve_s)
+        if epochs == measured.done and left - budget.reserve_s < measured.steady_seconds:
+            logging.warning("time budget: already spent (%.0f s left, %.0f s kept for the evaluation): %d epoch%s",
+                            left, budget.reserve_s, epochs, "s" * (epochs > 1))
         return epochs
     return decide
 

@@ -18,6 +18,7 @@ def test_epochs_fill_what_is_left_after_the_reserve():
     assert budget.TimeBudget(1000.0, 100.0, Clock()).epochs(60.0, 50.0, cap=40) == 16
     assert budget.TimeBudget(1000.0, 100.0, Clock()).epochs(60.0, 50.0, cap=12) == 12  # the cap
     assert budget.TimeBudget(1000.0, 100.0, Clock(990.0)).epochs(60.0, 50.0, cap=40) == 1  # spent: the epoch done
+    assert budget.TimeBudget(1000.0, 100.0, Clock()).epochs(60.0, 50.0, cap=40, done=2) == 17  # planned again
 
 
 def test_epochs_keep_room_for_a_warm_refit_or_a_refit_as_long_as_the_tuning():
@@ -77,3 +78,35 @@ def test_the_first_steps_compilation_is_its_time_beyond_the_other_steps_mean():
     assert planner._compile_seconds(15.0) == pytest.approx(4.0)  # the other 10 steps: 1 s each
     planner._steps = 1
     assert planner._compile_seconds(15.0) == 0.0  # a single step: nothing to compare with
+
+
+def test_the_epochs_are_planned_after_the_first_epoch_and_again_after_the_second(monkeypatch):
+    import types
+
+    import tensorflow as tf
+
+    from retrieval import training
+
+    now = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
+    seen = []
+
+    def plan(measured):
+        seen.append(measured)
+        return 6 if measured.done == 1 else 9
+
+    decay = tf.Variable(0.0)
+    stop = types.SimpleNamespace(total_steps=0)
+    planner = training.PlanEpochs(plan, cap=12, steps_per_epoch=4, warmup_steps=0, decay_steps=decay, record=None,
+                                  dependents=[stop])
+    planner.set_model(types.SimpleNamespace(stop_training=False))
+    for epoch, first_step in enumerate((5.0, 1.0, 1.0)):  # the first epoch's first step compiles: 4 s more
+        planner.on_epoch_begin(epoch)
+        for step_seconds in (first_step, 1.0, 1.0, 1.0):
+            now[0] += step_seconds
+            planner.on_train_batch_end(0)
+        planner.on_epoch_end(epoch)
+    assert [m.done for m in seen] == [1, 2]  # not after the third
+    assert seen[0].seconds == 8.0 and seen[0].compile_seconds == pytest.approx(4.0) and seen[0].steady_seconds == 4.0
+    assert seen[1].seconds == 4.0 and seen[1].steady_seconds == 4.0  # the second epoch: no compilation in it
+    assert planner.epochs == 9 and stop.total_steps == 36 and float(decay.numpy()) == 36.0
