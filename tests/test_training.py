@@ -337,8 +337,9 @@ def test_the_eta_clock_starts_after_the_first_execution(monkeypatch):
 
 
 def test_a_planned_run_trains_the_planned_epochs_on_a_cosine_of_their_length_and_resumes_to_them(data, tmp_path):
-    """plan_epochs (a time budget) sets the length after the first epoch: the run stops there, its learning rate
-    from then on is the cosine of the planned length (not of the cap), and a rerun reads the decision back."""
+    """plan_epochs (a time budget) sets the length after the first epoch and again after the second: the run stops
+    there, its learning rate from then on is the cosine of the planned length (not of the cap), and a rerun reads the
+    decision back."""
     items, users, examples = data
     config = train_config(epochs=5, min_learning_rate_ratio=0.0, steps_per_execution=1)
     seen, rates = [], []
@@ -356,8 +357,9 @@ def test_a_planned_run_trains_the_planned_epochs_on_a_cosine_of_their_length_and
     with mock.patch.object(training, "CheckpointEvery", side_effect=lambda *a: Rates()):
         result = training.fit(model, examples, config, checkpoint_dir=tmp_path, evaluate_fn=lambda: 0.5,
                               plan_epochs=plan)
-    assert result.step == 2 * 6 and len(seen) == 1
+    assert result.step == 2 * 6 and [measured.done for measured in seen] == [1, 2]
     assert seen[0].seconds >= seen[0].validation_seconds > 0
+    assert seen[1].compile_seconds == seen[0].compile_seconds  # measured in the first epoch, paid again by a refit
     assert [step for step, _ in rates] == list(range(1, 13))
     # The first epoch ran on the cap's cosine (the plan comes at its end), the rest on the planned one; the optimizer
     # reports the rate its last update used, the schedule's at the step before.
