@@ -140,7 +140,8 @@ def summary(rows: list[dict]) -> list[dict]:
         for key in SUMMARISED:
             values = [row[key] for row in draws if row.get(key) is not None]
             if values:
-                summed[key] = f"{sum(values) / len(values):.4f} ({min(values):.4f}-{max(values):.4f})"
+                digits = ".0f" if key == "seconds" else ".4f"
+                summed[key] = f"{sum(values) / len(values):{digits}} ({min(values):{digits}}-{max(values):{digits}})"
         for label in ("cold among cold", "cold in catalogue"):
             for metric in HEADLINE:
                 key = f"{label} {metric} minus content"

@@ -27,6 +27,7 @@ def test_the_summary_gives_each_figures_mean_and_range_and_counts_intervals_abov
     assert shipped["cold in catalogue recall@20 minus content"] == "interval above zero in 2 of 3"
     assert without["cold among cold ndcg@20 minus content"] == "interval above zero in 0 of 1"
     assert "cold in catalogue recall@20" not in shipped  # no draw had the figure
+    assert shipped["seconds"] == "144 (143-145)"
 
 
 def test_a_test_run_refuses_validation_draws_and_defaults_to_fresh_ones():
