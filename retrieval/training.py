@@ -273,7 +273,7 @@ class EpochTime:
 
     @property
     def training_seconds(self) -> float:
-        """The epoch's training steps, the first epoch's compilation included."""
+        """The epoch's training steps (the first epoch's with its compilation)."""
         return max(self.seconds - self.validation_seconds, 0.0)
 
     @property
