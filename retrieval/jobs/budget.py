@@ -94,7 +94,7 @@ def plan(budget: TimeBudget, phase: str, cap: int, *, refit: bool, refit_epochs:
         logging.info("time budget: %s epochs of %s (epoch %d took %.0f s, of which its validation %.0f s%s; %.0f s "
                      "left in the budget, %.0f s kept for the evaluation and baselines%s)", epochs, phase,
                      measured.done, measured.seconds, measured.validation_seconds,
-                     f" and its first step's compilation {measured.compile_seconds:.0f} s" if measured.done == 1 else "",
+                     f" and its first step's compilation {measured.compile_seconds:.0f} s" * (measured.done == 1),
                      left, budget.reserve_s,
                      f", a refit of as many epochs ({scale:.2f}x each)" if scale else
                      f", {fixed:.0f} s for the refit" if fixed else "")
