@@ -245,12 +245,20 @@ class Section:
 
     def check(self, config: Any) -> None:
         """Raises ``InputError`` naming the first key whose value in ``config`` (this section's ``ConfigDict``) its
-        rule refuses: the check of a library entry point called without the pipeline's validation."""
+        rule refuses, then the first whose cross-key rules (``Key.needs``) refuse it: the check of a library entry
+        point called without the pipeline's validation. A section's ``needs`` may read its own keys only here (the
+        pipeline's check, ``jobs.config_checks``, reads every section's)."""
         for key in self.keys:
             node, leaf = _parent(config, key.name)
             refusal = key.rule.refusal(node[leaf])
             if refusal is not None:
                 raise InputError(refusal, field=self.qualified(key))
+        settled = Settled({self.name: config} if self.name else config, (self,))
+        for key in self.keys:
+            name = self.qualified(key)
+            for need in key.needs:
+                if (problem := need.problem(settled[name], settled)) is not None:
+                    raise InputError(problem, field=name)
 
     def rules(self) -> dict[str, Rule]:
         """``{full dotted name: rule}`` of every key."""

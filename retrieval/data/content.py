@@ -103,6 +103,11 @@ def layout(arrays: Mapping[str, np.ndarray]) -> list[Block]:
     return blocks
 
 
+def term_count(arrays: Mapping[str, np.ndarray]) -> int:
+    """The width of ``content_vectors(arrays)``: its terms, every block's columns."""
+    return sum(block.width for block in layout(arrays))
+
+
 def normalize_rows(matrix: sp.spmatrix) -> sp.csr_matrix:
     """Rows scaled to unit L2 norm (zero rows stay zero)."""
     matrix = sp.csr_matrix(matrix)

@@ -130,5 +130,5 @@ def content_terms(data: ml_collections.ConfigDict, paths: artifacts.RunPaths, vo
     """The width of the catalogue's content vectors (``content.layout`` of its item table; None without one): the
     content profile keeps at most this many coordinates (``retrieval.models.layout``)."""
     arrays = feature_arrays(data, paths, "item", vocab)
-    return None if arrays is None else sum(block.width for block in content.layout(arrays))
+    return None if arrays is None else content.term_count(arrays)
 

@@ -26,17 +26,20 @@ from retrieval.config_keys import (
     number,
     one_of,
 )
+from retrieval.models.poolings import POOLINGS
 
 NEGATIVES = ("sampled", "in_batch")
 LOG_Q_MODES = ("none", "static", "estimated")
 SAMPLERS = ("unigram", "log_uniform", "uniform")
-POOLINGS = ("mean", "attention", "self_attention")
 
 
 def pooled_history(what: str) -> Needs:
-    """The rule of an item-tower term that pools the history's features: a pooled history, not a sequence encoder."""
-    return Needs(lambda value, c: not value or c["model.user_tower.pooling"] != "self_attention",
-                 f"{what} pools the history's features: it needs model.user_tower.pooling 'mean' or 'attention'")
+    """The rule of an item-tower term that pools the history's features: a pooling that does not read the order (not
+    a sequence encoder)."""
+    order_free = tuple(name for name, pooling in POOLINGS.items() if not pooling.reads_order)
+    return Needs(lambda value, c: not value or not POOLINGS[c["model.user_tower.pooling"]].reads_order,
+                 f"{what} pools the history's features: it needs model.user_tower.pooling "
+                 + " or ".join(repr(name) for name in order_free))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,11 +172,9 @@ MODEL = Section("model", (
     Key("user_tower.history_embedding_dim", 64, DIM,
         "Width of the separate history table (used only when share_item_embeddings is False)."),
     Key("user_tower.pooling", "mean", one_of(POOLINGS),
-        'Pooling of the masked history (indices < 2 never contribute): "mean" (YoutubeDNN), "attention" (a learned '
-        'query scores each watched item; softmax over the valid positions) or "self_attention" (sequences: a causal '
-        "Transformer over the history in order, SASRec; its state at the most recent item is the pooled history; "
-        "user_tower.sequence below). Set data (data.order=none) has no order to read: self_attention then falls back to "
-        '"mean", logged.'),
+        "Pooling of the masked history (indices < 2 never contribute; retrieval/models/poolings): "
+        + "; ".join(f'"{name}" ({pooling.meaning})' for name, pooling in POOLINGS.items())
+        + ". Set data (data.order=none) has no order to read: a pooling that reads it falls back to \"mean\", logged."),
     Key("user_tower.sequence.num_blocks", 2, integer(0, 64),
         "Transformer blocks, attention heads (the history width must be a multiple of them) and the dropout rate of the "
         "input, the attention weights and the residual branches (training only)."),

@@ -221,25 +221,3 @@ def interleaved_parts(history: tf.Tensor, part_size: int) -> tuple[tf.Tensor, tf
     max_parts = (tf.shape(history)[1] + part_size - 1) // part_size
     parts = tf.scatter_nd(where, tf.boolean_mask(history, valid), [tf.shape(history)[0], max_parts, part_size])
     return parts, tf.range(max_parts)[tf.newaxis, :] < used
-
-
-class AttentionPooling(tf.keras.layers.Layer):
-    """Additive attention pooling (Bahdanau et al. 2015, eq. 6, with one learned query): ``a_j = softmax_j(w .
-    tanh(W e_j + b))`` over the valid positions, output ``sum_j a_j e_j``; zeros for an empty history."""
-
-    def __init__(self, init: Initializers, name: str = "attention_pooling"):
-        super().__init__(name=name)
-        self._init = init
-        self._key: Optional[tf.keras.layers.Dense] = None
-
-    def build(self, input_shape):
-        width = int(input_shape[-1])
-        self._key = tf.keras.layers.Dense(width, activation="tanh", kernel_initializer=self._init.dense())
-        self._query = self.add_weight("query", shape=[width], initializer=self._init.dense())
-        super().build(input_shape)
-
-    def call(self, embeddings: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-        scores = tf.linalg.matvec(self._key(embeddings), self._query)
-        scores = tf.where(mask, scores, tf.fill(tf.shape(scores), scores.dtype.min))
-        weights = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)
-        return tf.einsum("bh,bhd->bd", weights, embeddings)

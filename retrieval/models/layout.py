@@ -7,12 +7,13 @@ A two-tower run exports items as ``[id block(s), content coordinates, bias]``:
   alone the second, each scored by a head of its own (``towers.ItemTower``);
 - with the content profile (``model.item_tower.content_profile_weight > 0`` and an item table), its fixed content
   coordinates: ``model.item_tower.content_profile_dim`` of them, fewer when the catalogue's features have fewer terms
-  (``retrieval.data.content.projection`` keeps them all then);
+  (``retrieval.data.content.projection`` keeps them all then: ``content.term_count``);
 - with the YoutubeDNN output table (``model.objective.output_table``), its per-item bias as one more coordinate.
 
-Item2Vec exports ``item2vec.dim``. The up-front config check reads the width before the data is known (the content
-width at its most), the prepared-data check with the catalogue's own term count; the towers build the same blocks
-(``tests/models/test_layout.py`` builds each kind and compares).
+Item2Vec exports ``item2vec.dim``. One computation for every reader: the up-front config check reads the width before
+the data is known (the content width at its most), the prepared-data check with the catalogue's own term count, and
+``build_model`` hands the layout of the model section and the feature tables to the towers, which build its blocks
+and nothing else (``tests/models/test_layout.py`` builds each kind and compares).
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class ScoreLayout:
         """The exported vectors' width."""
         return self.block_width * self.heads + self.content_width + int(self.bias)
 
+    @property
+    def one_block(self) -> bool:
+        """The vectors are one block and nothing else (no second head, content coordinates or bias): a cosine
+        between them means what it means between the towers' outputs."""
+        return self.heads == 1 and not self.content_width and not self.bias
+
 
 def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None) -> ScoreLayout:
     """The layout a run's config exports (``config``: every declared key by its dotted name, the config's value or
@@ -42,13 +49,21 @@ def score_layout(config: Mapping[str, Any], content_terms: Optional[int] = None)
     (``retrieval.data.content.layout``), None before the data is known (the content width is then its most)."""
     if config["model_type"] == "item2vec":
         return ScoreLayout(int(config["item2vec.dim"]))
+    return two_tower_layout(config, bool(str(config["data.item_features"] or "").strip()), content_terms)
+
+
+def two_tower_layout(config: Mapping[str, Any], item_features: bool,
+                     content_terms: Optional[int] = None) -> ScoreLayout:
+    """The layout of a two-tower model: ``config``, the model section's keys by dotted name (``"model.embedding_dim"``;
+    ``score_layout``'s mapping, or ``build_model``'s section settled); ``item_features``: the items have a feature
+    table; ``content_terms`` as in :func:`score_layout`. The builder hands it to the towers, which build these
+    blocks."""
     dim = config["model.embedding_dim"]
     if config["model.objective.output_table"]:  # [w_i, b_i]: the output table replaces the item tower
         return ScoreLayout(int(dim), bias=True)
-    features = bool(str(config["data.item_features"] or "").strip())
-    cold_head = features and bool(config["model.item_tower.cold_head"])
+    cold_head = item_features and bool(config["model.item_tower.cold_head"])
     content = 0
-    if features and float(config["model.item_tower.content_profile_weight"] or 0.0) > 0:
+    if item_features and float(config["model.item_tower.content_profile_weight"] or 0.0) > 0:
         content = int(config["model.item_tower.content_profile_dim"])
         if content_terms is not None:
             content = min(content, int(content_terms))

@@ -36,12 +36,12 @@ user).
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.models.layers import MASK_BELOW, Initializers
+from retrieval.models.part_settings import SequenceEncoderSettings
 
 LENGTH_BUCKETS = 8  # parts of similar history length a training batch is encoded in (length_buckets)
 
@@ -139,29 +139,27 @@ class SelfAttentionEncoder(tf.keras.layers.Layer):
     row, and are cut); the state at position ``j`` reads positions ``j`` and older, so the user's summary is the state
     at the first valid position (``most_recent_state``; see the module docstring).
 
-    Args:
-      max_positions: rows of the learned position table (``model.max_history``); a longer history is cut to its
-        ``max_positions`` most recent items (the exported encoder already pads or cuts to ``max_history``).
-      num_blocks, num_heads: Transformer blocks and attention heads (SASRec: 2 and 1; the width must be a multiple
-        of the heads).
-      dropout: dropout rate on the input, the attention weights and every residual branch (training only).
-      item_mask: the share of history items replaced by a learned mask embedding in training (the "item mask"
-        augmentation of CL4SRec, Xie et al. 2022, section 4.2, used as data augmentation; BERT4Rec's [mask]): the
-        targets stay as they were, so a state learns to predict the next item with some of the past hidden.
-      seed: the seed of the mask's draws.
+    ``settings`` (``part_settings.SequenceEncoderSettings``): ``max_positions`` rows of the learned position table
+    (``model.max_history``; a longer history is cut to its ``max_positions`` most recent items, and the exported
+    encoder already pads or cuts to ``max_history``); ``num_blocks`` Transformer blocks of ``num_heads`` attention
+    heads (SASRec: 2 and 1; the width must be a multiple of the heads); ``dropout`` on the input, the attention
+    weights and every residual branch (training only); ``item_mask``, the share of history items replaced by a learned
+    mask embedding in training (the "item mask" augmentation of CL4SRec, Xie et al. 2022, section 4.2, used as data
+    augmentation; BERT4Rec's [mask]): the targets stay as they were, so a state learns to predict the next item with
+    some of the past hidden; ``seed``, the mask draws' seed.
     """
 
-    def __init__(self, max_positions: int, num_blocks: int, num_heads: int, dropout: float, init: Initializers,
-                 item_mask: float = 0.0, seed: Optional[int] = None, name: str = "sequence_encoder"):
+    def __init__(self, settings: SequenceEncoderSettings, init: Initializers, name: str = "sequence_encoder"):
         super().__init__(name=name)
-        self.max_positions = int(max_positions)
-        self.num_blocks = int(num_blocks)
-        self.num_heads = int(num_heads)
-        self.rate = float(dropout)
+        self.max_positions = int(settings.max_positions)
+        self.num_blocks = int(settings.num_blocks)
+        self.num_heads = int(settings.num_heads)
+        self.rate = float(settings.dropout)
         self._init = init
         self.input_dropout = tf.keras.layers.Dropout(self.rate)
         # Keras's Dropout draws the seeded Bernoulli mask (a new draw every step).
-        self.item_mask = tf.keras.layers.Dropout(float(item_mask), seed=seed) if item_mask > 0 else None
+        self.item_mask = (tf.keras.layers.Dropout(float(settings.item_mask), seed=settings.seed)
+                          if settings.item_mask > 0 else None)
         self.blocks: list[_Block] = []
         self.output_norm = tf.keras.layers.LayerNormalization(epsilon=1e-8, name="output_norm")
 

@@ -9,17 +9,19 @@ item a user clicked contributes to her vector through its features.
 
 User tower (Covington et al. 2016, "Deep Neural Networks for YouTube Recommendations", fig. 3): the watched items are
 embedded (with the item tower's id table or a separate one), pooled over the valid history positions (index >= 2;
-mean, or attention), concatenated with the user's features (gathered by user index, an optional user-id embedding)
-and the example age, and passed through a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id
+the pooling the builder hands it, ``poolings.POOLINGS``: mean, attention, a sequence encoder), concatenated with
+the user's features (gathered by user index, an optional user-id embedding) and the example age, and passed through
+a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id
 embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, section 3.2):
-``u = g e_user + (1 - g) MLP(pooled history, features)``. With a sequence encoder (pooling "self_attention",
-``sequence_encoder.SelfAttentionEncoder``) the pooled history is the encoder's state at the most recent known item
-(``sequence_encoder.most_recent_state``: the first position with index >= 2, not position 0), and
-``every_position=True`` returns the user vector after every history position ``[B, H, output_dim]`` (training).
+``u = g e_user + (1 - g) MLP(pooled history, features)``. With a pooling that trains every position (the sequence
+encoder of pooling "self_attention", ``poolings/self_attention.py``), ``every_position=True`` returns the user vector
+after every history position ``[B, H, output_dim]`` (training).
 
-Each tower takes its scalar options as one typed value (``tower_settings.ItemTowerSettings`` and
-``tower_settings.UserTowerSettings``, read from the model config), and the user tower takes what it reads of the
-item tower as one value too, :class:`SharedItemParts` (``ItemTower.shared_parts``: the same layers, not copies).
+Each tower takes its scalar options as one typed value (``part_settings.ItemTowerSettings`` and
+``part_settings.UserTowerSettings``, read from the model config), the item tower the layout of the vectors it exports
+(``layout.ScoreLayout``: its blocks and content coordinates, computed once by the builder), and the user tower what it
+reads of the item tower as one value too, :class:`SharedItemParts` (``ItemTower.shared_parts``: the same layers, not
+copies, and the layout's number of blocks, which it scores with as many heads).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from retrieval.models.content_profile import ContentProfile
 from retrieval.models.layers import (
     MASK_BELOW,
     OOV_ROW,
-    AttentionPooling,
     EmbeddingTable,
     FeatureTables,
     Initializers,
@@ -43,8 +44,9 @@ from retrieval.models.layers import (
     masked_mean,
     mlp,
 )
-from retrieval.models.sequence_encoder import most_recent_state
-from retrieval.models.tower_settings import ItemTowerSettings, UserTowerSettings
+from retrieval.models.layout import ScoreLayout
+from retrieval.models.part_settings import ItemTowerSettings, UserTowerSettings
+from retrieval.models.poolings.base import HistoryPooling
 
 # In training, the history's item features are encoded once per vocabulary row up to this many rows (a batch of the
 # recipe holds 1024 x 50 history slots), else once per slot (UserTower._history_item_encodings).
@@ -58,8 +60,8 @@ class SharedItemParts:
     ``id_rows`` and ``features``: history items read the rows the item tower reads (cold items and dropped ids: the
     unknown-id row) and add their projected feature encodings; ``content_projection``: applied to the mean of the
     history items' feature encodings and added to the user vector; ``content_profile``: the history's profile is
-    appended to the user vector; ``heads``: the item tower's blocks, which the user tower scores with as many heads
-    (2 with the cold head). None where the item tower has no such part (all of them without item features), and
+    appended to the user vector; ``heads``: the item tower's blocks (``ScoreLayout.heads``), which the user tower
+    scores with as many heads (2 with the cold head). None where the item tower has no such part (all of them without item features), and
     the default value for a user tower without an item tower (the output table's)."""
 
     id_rows: Optional[ItemIdRows] = None
@@ -72,22 +74,28 @@ class SharedItemParts:
 class ItemTower(tf.keras.layers.Layer):
     """Maps item indices [...] to item vectors [..., output_dim]."""
 
-    def __init__(self, vocab_size: int, settings: ItemTowerSettings, init: Initializers, *,
+    def __init__(self, vocab_size: int, settings: ItemTowerSettings, layout: ScoreLayout, init: Initializers, *,
                  features: Optional[Mapping[str, np.ndarray]] = None, warm: Optional[np.ndarray] = None,
                  name: str = "item_tower"):
-        """``settings``: the scalar options (``ItemTowerSettings``); ``features``: the per-index feature tables
-        (``FeatureTables``' input); ``warm`` ([V] bool, default all): which indices had training interactions. The
-        id dropout, the content-match projection (``content_projection``, which the user tower shares), the content
-        profile (``content_profile.ContentProfile``, fixed content coordinates appended to the vector, shared with
-        the user tower) and the cold head (the vector of an item placed by its features alone lands in a second
-        block, scored by the user tower's second head: ``[v, 0]`` for an item read by id, ``[0, v]`` for one read at
-        the unknown-id row) apply only with ``features`` (without them an item is its id)."""
+        """``settings``: the scalar options (``ItemTowerSettings``); ``layout``: the blocks of the vectors it
+        exports (``layout.two_tower_layout``; blocks of ``settings.output_dim``); ``features``: the per-index feature
+        tables (``FeatureTables``' input); ``warm`` ([V] bool, default all): which indices had training interactions.
+        The id dropout, the content-match projection (``content_projection``, which the user tower shares), the
+        content profile (the layout's content coordinates: ``content_profile.ContentProfile``, fixed coordinates
+        appended to the vector, shared with the user tower) and the cold head (the layout's second block: the vector
+        of an item placed by its features alone lands there, scored by the user tower's second head: ``[v, 0]`` for
+        an item read by id, ``[0, v]`` for one read at the unknown-id row) apply only with ``features`` (without them
+        an item is its id, one block)."""
         super().__init__(name=name)
         s = settings
+        if layout.block_width != s.output_dim or layout.bias or (not features and not layout.one_block):
+            raise ValueError(f"an item tower of width {s.output_dim} {'with' if features else 'without'} item "
+                             f"features cannot export {layout}")
+        self.layout = layout
         # The content profile's term is the cold head's block only and trains with it (its softmax calibrates the
         # two). Its fixed variable is created before the tower's others, and tracked after them (below).
-        content_profile = (ContentProfile(features, s.content_profile_dim, s.content_profile_weight, s.seed)
-                           if features and s.content_profile_weight > 0 else None)
+        content_profile = (ContentProfile(features, layout.content_width, s.content_profile_weight, s.seed)
+                           if layout.content_width else None)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(s.output_dim)
         self.l2_normalize = bool(s.l2_normalize)
@@ -103,13 +111,13 @@ class ItemTower(tf.keras.layers.Layer):
                                                          kernel_initializer=init.dense(), name="content_projection")
                                    if features and s.content_match else None)
         self.content_profile = content_profile
-        self.cold_head = bool(s.cold_head and features)
+        self.cold_head = layout.heads == 2
 
     @property
     def shared_parts(self) -> SharedItemParts:
         """The parts the user tower reads history items with (:class:`SharedItemParts`)."""
         return SharedItemParts(self.id_rows, self.features, self.content_projection, self.content_profile,
-                               heads=2 if self.cold_head else 1)
+                               heads=self.layout.heads)
 
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:
@@ -165,16 +173,18 @@ class UserTower(tf.keras.layers.Layer):
     pool_features_first = True
 
     def __init__(self, history_embedding: tf.keras.layers.Embedding, settings: UserTowerSettings,
-                 init: Initializers, *, item_parts: Optional[SharedItemParts] = None, user_vocab_size: int = 0,
-                 features: Optional[Mapping[str, np.ndarray]] = None,
-                 sequence_encoder: Optional[tf.keras.layers.Layer] = None, name: str = "user_tower"):
+                 pooling: HistoryPooling, init: Initializers, *, item_parts: Optional[SharedItemParts] = None,
+                 user_vocab_size: int = 0, features: Optional[Mapping[str, np.ndarray]] = None,
+                 name: str = "user_tower"):
         """``history_embedding``: the table the history items are embedded with (the item tower's id table, the
         output table's weights or a table of its own); ``settings``: the scalar options (``UserTowerSettings``);
-        ``item_parts``: what the tower reads of the item tower (:class:`SharedItemParts`; none without one): its id
-        rows, feature tables and content parts for the history items, and as many heads as it has blocks, each a
-        vector of ``settings.output_dim`` normalised on its own (the first scores items read by id, the second items
-        placed by their features alone). The content parts need a pooled history, not a ``sequence_encoder``.
-        ``features``: the per-user feature tables of a user vocabulary of ``user_vocab_size``."""
+        ``pooling``: the history's pooling (``poolings.build``); ``item_parts``: what the tower reads of the item
+        tower (:class:`SharedItemParts`; none without one): its id rows, feature tables and content parts for the
+        history items, and as many heads as it has blocks, each a vector of ``settings.output_dim`` normalised on its
+        own (the first scores items read by id, the second items placed by their features alone); its content parts
+        pool the history's features, which the config's rules keep from a pooling that reads the order
+        (``config.pooled_history``). ``features``: the per-user feature tables of a user vocabulary of
+        ``user_vocab_size``."""
         super().__init__(name=name)
         s = settings
         parts = item_parts or SharedItemParts()
@@ -188,8 +198,7 @@ class UserTower(tf.keras.layers.Layer):
         if self.user_id_gate:
             user_id_embedding_dim = self.output_dim
         self.history_embedding = history_embedding
-        self.attention = AttentionPooling(init) if s.pooling == "attention" else None
-        self.sequence_encoder = sequence_encoder
+        self.pooling = pooling
         self.user_id_embedding = (
             EmbeddingTable(user_vocab_size, user_id_embedding_dim, embeddings_initializer=init.embedding(),
                            name="user_id_emb") if user_id_embedding_dim > 0 else None)
@@ -198,10 +207,6 @@ class UserTower(tf.keras.layers.Layer):
         self.mlp = mlp(s.hidden_units, self.output_dim, init, name="user_mlp")
         self.item_id_rows = parts.id_rows
         self.item_features = parts.features
-        for content_part in (parts.content_projection, parts.content_profile):
-            if content_part is not None and (parts.features is None or sequence_encoder is not None):
-                raise ValueError(f"{content_part.name} needs item features and a pooled history (not a sequence "
-                                 "encoder)")
         self.content_projection = parts.content_projection
         self.content_profile = parts.content_profile
         self.history_features = (tf.keras.layers.Dense(int(history_embedding.output_dim), use_bias=False,
@@ -215,7 +220,7 @@ class UserTower(tf.keras.layers.Layer):
         watched = self.history_embedding(rows)
         # The mean pooling is linear: mean(E[row] + P f) = mean(E[row]) + P mean(f), and the content-match term is
         # W mean(f); so with it the history's feature encodings are pooled first and mapped once per user.
-        linear = self.pool_features_first and self.sequence_encoder is None and self.attention is None
+        linear = self.pool_features_first and self.pooling.linear
         feature_mean = None
         if self.item_features is not None:
             encodings, gather = self._history_item_encodings(history, bool(training))
@@ -223,14 +228,10 @@ class UserTower(tf.keras.layers.Layer):
                 feature_mean = masked_mean(gather(encodings), mask, chunked=self.chunked_pooling)
             if not linear:
                 watched = watched + gather(self.history_features(encodings))
-        if self.sequence_encoder is not None:
-            states = self.sequence_encoder(watched, mask, training=training)
-            pooled = states if every_position else most_recent_state(states, mask)
-        else:
-            pooled = (self.attention(watched, mask) if self.attention is not None
-                      else masked_mean(watched, mask, chunked=self.chunked_pooling))
-            if linear and feature_mean is not None:
-                pooled = pooled + self.history_features(feature_mean)
+        pooled = self.pooling(watched, mask, training=training, every_position=every_position,
+                              chunked=self.chunked_pooling)
+        if linear and feature_mean is not None:
+            pooled = pooled + self.history_features(feature_mean)
         parts = [pooled]
         user_id = None
         if self.user_id_embedding is not None or self.features is not None:

@@ -20,6 +20,7 @@ import retrieval  # noqa: F401  (contract; the package __init__ already ran and 
 from retrieval import distributed
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.models.layers import MASK_BELOW, interleaved_parts, masked_mean
+from retrieval.models.layout import ScoreLayout
 from retrieval.models.objectives import OutputTable
 from retrieval.models.sequence_encoder import LENGTH_BUCKETS, every_position_targets, length_buckets
 from retrieval.models.towers import ItemTower, UserTower
@@ -31,6 +32,8 @@ class TwoTowerModel(tfrs.Model):
     Args:
       user_tower: maps a batch dict (``user``, ``history``, optional ``example_age``) to ``[B, d]``.
       objective: a layer ``(user_vectors, labels, training) -> [B]`` per-example losses (``models.objectives``).
+      layout: the exported vectors' layout (``layout.ScoreLayout``: the item tower's blocks and content coordinates,
+        or the output table's bias), which the metric and the items' similarity follow.
       item_tower: maps item indices to ``[..., d]``; or, exclusively,
       output_table: the YoutubeDNN output softmax table (item vectors are its rows, with the bias folded in).
       temperature: ``T`` of the objective (used to fold the output-table bias into the exported user vectors).
@@ -43,7 +46,7 @@ class TwoTowerModel(tfrs.Model):
         every_position_targets``), and the loss is the mean over those positions (``compute_loss``).
     """
 
-    def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, *,
+    def __init__(self, user_tower: UserTower, objective: tf.keras.layers.Layer, layout: ScoreLayout, *,
                  item_tower: Optional[ItemTower] = None, output_table: Optional[OutputTable] = None,
                  temperature: float = 1.0, max_history: int = 50, inference_part_size: int = 0,
                  every_position: bool = False):
@@ -53,6 +56,7 @@ class TwoTowerModel(tfrs.Model):
         self.user_tower = user_tower
         self.item_tower = item_tower
         self.objective = objective
+        self.layout = layout
         self.output_table = output_table
         self.temperature = float(temperature)
         self.max_history = int(max_history)
@@ -62,10 +66,11 @@ class TwoTowerModel(tfrs.Model):
 
     @property
     def metric(self) -> str:
-        """Similarity of the exported vectors: "cosine" when both towers are L2-normalised (and neither content-profile
-        coordinates nor a cold head widen them), else "ip" (inner product: the index's name for it)."""
-        normalized = (self.item_tower is not None and self.item_tower.l2_normalize and self.user_tower.l2_normalize
-                      and self.item_tower.content_profile is None and not self.item_tower.cold_head)
+        """Similarity of the exported vectors: "cosine" when both towers are L2-normalised and the layout is their
+        one block (no cold head's second block, content coordinates or output-table bias widen it), else "ip" (inner
+        product: the index's name for it)."""
+        normalized = (self.layout.one_block and self.item_tower is not None and self.item_tower.l2_normalize
+                      and self.user_tower.l2_normalize)
         return "cosine" if normalized else "ip"
 
     @property
@@ -74,7 +79,7 @@ class TwoTowerModel(tfrs.Model):
         exported vectors), or "score_correlation" with the cold head, whose warm and cold items sit in separate
         blocks (every warm-cold inner product 0): the correlation of their scores over users
         (``retrieval.index.similar``)."""
-        return "score_correlation" if self.item_tower is not None and self.item_tower.cold_head else "vectors"
+        return "score_correlation" if self.layout.heads > 1 else "vectors"
 
     @property
     def xla_compatible(self) -> bool:

@@ -11,7 +11,8 @@ from retrieval.data.vocab import Vocabulary
 from retrieval.errors import InputError
 from retrieval.models import build_model, default_config
 from retrieval.models.layers import Initializers, interleaved_parts, masked_mean, sum_over_positions
-from retrieval.models.tower_settings import ItemTowerSettings
+from retrieval.models.layout import ScoreLayout
+from retrieval.models.part_settings import ItemTowerSettings
 from retrieval.models.towers import ItemTower
 from retrieval.sampling.frequency import static_log_q
 
@@ -72,8 +73,8 @@ def per_example(model, batch, training=False):
 
 def test_item_tower_encodes_several_features_by_index(features):
     item_features, _ = features
-    tower = ItemTower(V_ITEMS, ItemTowerSettings(5, id_embedding_dim=4, feature_embedding_dim=3), Initializers(0),
-                      features=item_features)
+    tower = ItemTower(V_ITEMS, ItemTowerSettings(5, id_embedding_dim=4, feature_embedding_dim=3), ScoreLayout(5),
+                      Initializers(0), features=item_features)
     indices = np.array([2, 7, 7, 13])
     out = tower(tf.constant(indices))
     assert out.shape == (4, 5)
@@ -90,7 +91,8 @@ def test_item_tower_encodes_several_features_by_index(features):
 
 
 def test_id_only_item_tower_is_the_normalised_embedding():
-    tower = ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4, l2_normalize=True), Initializers(0))
+    tower = ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4, l2_normalize=True), ScoreLayout(4),
+                      Initializers(0))
     out = tower(tf.range(V_ITEMS)).numpy()
     table = tower.id_embedding.embeddings.numpy()
     assert tower.mlp is None
@@ -99,7 +101,7 @@ def test_id_only_item_tower_is_the_normalised_embedding():
 
 def test_feature_table_with_wrong_rows_is_an_input_error():
     with pytest.raises(InputError, match="price"):
-        ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4), Initializers(0),
+        ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4), ScoreLayout(4), Initializers(0),
                   features={"price": np.zeros(3, np.float32)})
 
 
@@ -453,3 +455,13 @@ def test_logit_bias_is_trained_and_exempt_from_weight_decay(vocabs, batch):
 def test_inconsistent_binary_objective_is_an_input_error(vocabs, objective):
     with pytest.raises(InputError):
         build_model(small_config(**objective), *vocabs)
+
+
+def test_build_model_checks_the_cross_key_rules_declared_beside_the_keys(vocabs):
+    """The builder raises what the pipeline's config check reports (``Key.needs``), naming the key: here the
+    content-match term, which pools the history's features, with a pooling that reads the order."""
+    config = small_config()
+    config.item_tower.content_match = True
+    config.user_tower.pooling = "self_attention"
+    with pytest.raises(InputError, match="model.item_tower.content_match.*'mean' or 'attention'"):
+        build_model(config, *vocabs)

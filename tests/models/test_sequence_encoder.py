@@ -10,6 +10,8 @@ from retrieval import export
 from retrieval.data.vocab import Vocabulary
 from retrieval.models import build_model, default_config, sequence_encoder
 from retrieval.models.layers import Initializers
+from retrieval.models.part_settings import SequenceEncoderSettings
+from retrieval.models.poolings.mean import MeanPooling
 from retrieval.models.sequence_encoder import causal_attention_mask, every_position_targets
 
 V_ITEMS, V_USERS, H = 14, 9, 6
@@ -125,7 +127,7 @@ def test_an_unknown_most_recent_item_reads_the_most_recent_known_state(vocabs):
                                rtol=1e-6)
     removed = np.pad(UNKNOWN_FIRST[:, 1:], [(0, 0), (0, 1)])
     assert np.abs(model(batch(removed)).numpy() - out).max() > 1e-3  # the recency ranks differ by one
-    positions = model.user_tower.sequence_encoder.positions
+    positions = model.user_tower.pooling.positions
     positions.assign(tf.zeros_like(positions))
     np.testing.assert_allclose(model(batch(UNKNOWN_FIRST)).numpy(), model(batch(removed)).numpy(), rtol=1e-5,
                                atol=1e-6)
@@ -197,7 +199,7 @@ def test_every_position_training_reduces_the_loss_with_mixed_negatives(vocabs):
 
 def test_set_data_falls_back_to_mean_pooling(vocabs):
     model = build_model(sequential_config(), *vocabs, set_data=True)
-    assert model.user_tower.sequence_encoder is None and not model.every_position
+    assert isinstance(model.user_tower.pooling, MeanPooling) and not model.every_position
     swapped = HISTORY.copy()
     swapped[0, :2] = swapped[0, 1::-1]
     np.testing.assert_allclose(model(batch()).numpy()[0], model(batch(swapped)).numpy()[0], rtol=1e-5)
@@ -205,7 +207,8 @@ def test_set_data_falls_back_to_mean_pooling(vocabs):
 
 def test_item_mask_hides_a_seeded_share_of_the_history_in_training_only():
     init = Initializers(3)
-    encoder = sequence_encoder.SelfAttentionEncoder(40, 0, 1, 0.0, init, item_mask=0.25, seed=5)
+    encoder = sequence_encoder.SelfAttentionEncoder(
+        SequenceEncoderSettings(40, num_blocks=0, num_heads=1, dropout=0.0, item_mask=0.25, seed=5), init)
     rng = np.random.default_rng(0)
     embeddings = tf.constant(rng.normal(size=(50, 40, 4)), tf.float32)
     valid = tf.ones([50, 40], tf.bool)

@@ -6,13 +6,14 @@ import tensorflow as tf
 
 def test_gated_user_id_is_added_after_the_mlp_and_unknown_users_keep_only_the_history():
     from retrieval.models.layers import Initializers
-    from retrieval.models.tower_settings import UserTowerSettings
+    from retrieval.models.part_settings import UserTowerSettings
+    from retrieval.models.poolings.mean import MeanPooling
     from retrieval.models.towers import UserTower
 
     init = Initializers(0)
     history_table = tf.keras.layers.Embedding(10, 3, embeddings_initializer=init.embedding())
     settings = UserTowerSettings(4, hidden_units=(5,), user_id_embedding_dim=2, user_id_gate=0.25)
-    tower = UserTower(history_table, settings, init, user_vocab_size=6)
+    tower = UserTower(history_table, settings, MeanPooling(), init, user_vocab_size=6)
     users = np.array([2, 5, 1], dtype=np.int32)  # 1 is the unknown-user index
     history = np.array([[2, 3, 0], [4, 0, 0], [5, 6, 7]], dtype=np.int32)
     got = tower({"user": users, "history": history}).numpy()
