@@ -41,6 +41,9 @@ JIT_COMPILE = ("auto", "on", "off")
 SCHEDULES = ("constant", "cosine")
 TEACHER_WHEN = ("always", "item_item_leads")  # retrieval.jobs.tuning: when train.teacher_items trains the towers
 TEACHER_WEIGHTING = ("equal", "score")  # retrieval.jobs.teacher: what a teacher pair weighs in the loss
+# retrieval.jobs.teacher: the baselines that can teach the towers (retrieval.evaluation.baselines.BASELINES, each
+# scoring every item for a user from her items); adding a teacher: its baseline, and its name here.
+TEACHERS = ("rp3beta", "item_knn", "ease")
 VARIANTS = ("softer", "self_attention", "user_ids")  # retrieval.jobs.variants: what the tuning phase may try beside the configured towers
 SPARSE_UPDATES = ("auto", "on", "off")
 PS_MIN_SHARD_BYTES = 256 << 10  # retrieval.parameter_server: MinSizePartitioner's default, tables up to 256 KiB whole
@@ -105,20 +108,24 @@ TRAIN = Section("train", (
         "learning rate the tuning schedule had reached at its best epoch and decaying by the schedule to its end: the "
         'refit then costs N epochs, not best-epoch-many (benchmarks/JOURNAL.md, "Issue 36").'),
     Key("teacher_items", 0, integer(0, 1000),
-        "Set data held in memory: each user's top N unseen items under the run's RP3beta (its parameters tuned on the "
-        "automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training targets, "
-        "their histories the user's own items (retrieval.jobs.teacher). 0: no teacher."),
+        "Set data held in memory: each user's top N unseen items under the run's train.teacher (its parameters tuned on "
+        "the automatic holdout as the report's baseline is, fitted on the phase's training pairs) join the training "
+        "targets, their histories the user's own items (retrieval.jobs.teacher). 0: no teacher."),
+    Key("teacher", "rp3beta", one_of(TEACHERS),
+        "With train.teacher_items: the item-item baseline that teaches the towers (retrieval.evaluation.baselines), with "
+        "the parameters the run tunes for its report when eval.baselines lists it, else its defaults. RP3beta, where "
+        'item-item structure is strong (Gowalla: benchmarks/JOURNAL.md, "Issue 47").'),
     Key("teacher_weighting", "equal", one_of(TEACHER_WEIGHTING),
-        'With train.teacher_items: "equal" weighs every teacher pair as one click; "score" weighs it by its RP3beta '
+        'With train.teacher_items: "equal" weighs every teacher pair as one click; "score" weighs it by its teacher '
         "score over the user's best teacher score (her first teacher item 1, the others as sure as the teacher is)."),
     Key("teacher_when", "always", one_of(TEACHER_WHEN),
         'With train.teacher_items: "always", or "item_item_leads": the towers are tuned without the teacher first, and '
-        "again with it only when the run's tuned RP3beta reads a higher validation recall than their best epoch; the "
+        "again with it only when the run's tuned teacher reads a higher validation recall than their best epoch; the "
         "better of the two on the holdout is kept, and the refit follows it (retrieval/jobs/tuning.py, tune; needs the "
         "automatic holdout, else no teacher)."),
     Key("teacher_probe_epochs", 0, integer(0, MAX_EPOCHS),
         'With train.teacher_when = "item_item_leads": N > 0 makes the first tuning a probe, which gives up after its '
-        "epoch N when the towers read below 0.9 x the tuned RP3beta's validation recall there, and the towers are "
+        "epoch N when the towers read below 0.9 x the tuned teacher's validation recall there, and the towers are "
         "tuned with the teacher at once (kept: the probe is not a finished tuning to compare with); 0: the first "
         "tuning runs to its end (retrieval/jobs/tuning.py, PROBE_SHARE)."),
     Key("teacher_variant", "", one_of(("",) + VARIANTS),

@@ -108,7 +108,7 @@ def _baselines(metrics: Mapping) -> list[str]:
 def _towers_chosen(tuned: Mapping) -> list[str]:
     """What the tuning tried on the automatic holdout besides the configured towers (the teacher,
     ``train.variants``) and what it kept (``retrieval.jobs.tuning.tune``); nothing when it tried nothing."""
-    trials = [f"with the RP3beta teacher{' and variant ' + trial['variant'] if trial.get('variant') else ''} "
+    trials = [f"with the {trial['teacher']} teacher{' and variant ' + trial['variant'] if trial.get('variant') else ''} "
               f"{_number(trial['with'])} against {_number(trial['without'])} without "
               f"({'kept' if trial['kept'] else 'not kept'})" for trial in [tuned.get("teacher_trial")] if trial]
     trials += [f"without a variant {_number(tuned['without_variant'])}"] if tuned.get("variant_trials") else []

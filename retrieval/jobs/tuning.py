@@ -107,14 +107,14 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     recorded it).
 
     With ``train.teacher_when = "item_item_leads"`` (and a teacher, ``train.teacher_items``, on set data held in
-    memory), the towers are tuned without the teacher first; when the run's tuned RP3beta reads a higher validation
-    recall than their best epoch (the report's baseline, tuned on the same holdout: ``runs.tuned_baseline``), they
+    memory), the towers are tuned without the teacher first; when the run's tuned teacher (``train.teacher``, RP3beta
+    by default) reads a higher validation recall than their best epoch (the report's baseline, tuned on the same holdout: ``runs.tuned_baseline``), they
     are tuned again with it (``checkpoints/tuning/teacher``), and the tuning with the better best epoch is kept. The
     record says which (``teacher``, ``teacher_trial``); the refit and the export follow it (``_choice``). So the
     teacher costs a second tuning only where an item-item walk leads, and is kept only where it wins on the holdout
     (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta leads; -0.001 on Yelp2018, where it does
     not). With ``train.teacher_probe_epochs`` (the large-catalogue schedule's 3), the first tuning is a probe: when
-    its validation recall at that epoch is below ``PROBE_SHARE`` of RP3beta's, it stops there and the tuning with the
+    its validation recall at that epoch is below ``PROBE_SHARE`` of the teacher's, it stops there and the tuning with the
     teacher follows and is kept, which saves the rest of a tuning whose outcome the probe foretells. Then each of
     ``train.variants`` is tuned too where the first tuning was cheap (``_try_variants``)."""
     if run.data.holdout is None:
@@ -130,25 +130,26 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     configured = Choice(_teacher_always(run), run.tuning_checkpoints)
     teacher_rule = (t.teacher_items and t.teacher_when == "item_item_leads" and run.data.is_set
                     and not run.data.streamed)
-    rp3beta = _rp3beta_validation(run) if teacher_rule else None
-    probe = _probe(run, rp3beta)
+    leader = _teacher_validation(run) if teacher_rule else None
+    probe = _probe(run, leader)
     tuned, model = _tune_variant(run, configured, probe)
     tuned["teacher"] = configured.teacher
     probed = _probe_score(run, tuned, probe) if probe is not None else None
     gave_up = probed is not None and probed < probe.floor
-    if rp3beta is not None and (gave_up or rp3beta > tuned["best_metric"]):
+    if leader is not None and (gave_up or leader > tuned["best_metric"]):
         if gave_up:
-            logging.info("teacher: the towers read %s %.4f at epoch %d, below %.2f x the tuned RP3beta's %.4f: their "
+            logging.info("teacher: the towers read %s %.4f at epoch %d, below %.2f x the tuned %s's %.4f: their "
                          "tuning stops there and they are tuned again with its top %d items per user%s",
-                         t.eval_metric_name, probed, probe.epoch, PROBE_SHARE, rp3beta, t.teacher_items,
+                         t.eval_metric_name, probed, probe.epoch, PROBE_SHARE, t.teacher, leader, t.teacher_items,
                          _teacher_variant_note(run))
         else:
-            logging.info("teacher: the tuned RP3beta reads %s %.4f on the holdout, above the towers' %.4f: tuning "
-                         "them again with its top %d items per user%s", t.eval_metric_name, rp3beta,
+            logging.info("teacher: the tuned %s reads %s %.4f on the holdout, above the towers' %.4f: tuning "
+                         "them again with its top %d items per user%s", t.teacher, t.eval_metric_name, leader,
                          tuned["best_metric"], t.teacher_items, _teacher_variant_note(run))
         variant = t.teacher_variant or None
         taught, taught_model = _tune_variant(run, Choice(True, run.tuning_checkpoints / TEACHER_DIR, variant))
-        trial = {"rp3beta": rp3beta, "without": tuned["best_metric"], "with": taught["best_metric"],
+        trial = {"teacher": t.teacher, "teacher_metric": leader, "without": tuned["best_metric"],
+                 "with": taught["best_metric"],
                  "kept": bool(gave_up or taught["best_metric"] > tuned["best_metric"]), "variant": variant,
                  "probe": {"epoch": probe.epoch, "floor": probe.floor, "gave_up": gave_up} if probe else None}
         logging.info("teacher: %s on the holdout (%.4f with it, %.4f without%s)",
@@ -157,9 +158,9 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
         if trial["kept"]:
             tuned, model = {**taught, "teacher": True, "checkpoints": TEACHER_DIR, "variant": variant}, taught_model
         tuned["teacher_trial"] = trial
-    elif rp3beta is not None:
-        logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned RP3beta's %.4f)",
-                     t.eval_metric_name, tuned["best_metric"], rp3beta)
+    elif leader is not None:
+        logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned %s's %.4f)",
+                     t.eval_metric_name, tuned["best_metric"], t.teacher, leader)
     tuned, model = _try_variants(run, tuned, model)
     artifacts.write_json(record, tuned)
     return tuned, model
@@ -234,19 +235,19 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]
     return {**best, "variant_trials": trials, "without_variant": tuned["best_metric"]}, model
 
 
-PROBE_SHARE = 0.9  # of the tuned RP3beta's validation recall, below which train.teacher_probe_epochs gives up
+PROBE_SHARE = 0.9  # of the tuned teacher's validation recall, below which train.teacher_probe_epochs gives up
 # On validation parts (benchmarks/JOURNAL.md, "Issue 47: the teacher's probe"), the towers without the teacher read
 # 0.84-0.86 of the tuned RP3beta's holdout recall@20 at epoch 3 of Gowalla's schedule, where the teacher is kept, and
 # 0.99-1.06 on Yelp2018, where it is not needed (their whole tunings end at 0.95-0.96 and 1.05-1.18 of it).
 
 
-def _probe(run: TrainingRun, rp3beta: Optional[float]) -> Optional[StopBelow]:
-    """The first tuning's probe (``train.teacher_probe_epochs``) against the tuned RP3beta's validation recall
-    ``rp3beta``: None when off or without it."""
+def _probe(run: TrainingRun, leader: Optional[float]) -> Optional[StopBelow]:
+    """The first tuning's probe (``train.teacher_probe_epochs``) against the tuned teacher's validation recall
+    ``leader``: None when off or without it."""
     from retrieval import training
 
     epochs = run.config.train.teacher_probe_epochs
-    return None if not epochs or rp3beta is None else training.StopBelow(int(epochs), PROBE_SHARE * rp3beta)
+    return None if not epochs or leader is None else training.StopBelow(int(epochs), PROBE_SHARE * leader)
 
 
 def _probe_score(run: TrainingRun, tuned: dict, probe: StopBelow) -> Optional[float]:
@@ -274,12 +275,13 @@ def _choice(run: TrainingRun) -> Choice:
                   run.tuning_checkpoints / tuned.get("checkpoints", ""), tuned.get("variant"))
 
 
-def _rp3beta_validation(run: TrainingRun) -> Optional[float]:
-    """The run's tuned RP3beta's validation recall at the early-stopping cut-off (None: not tuned, or at another
-    cut-off). The tuning is the report's (kept in the run), on a seeded sample of the same holdout."""
+def _teacher_validation(run: TrainingRun) -> Optional[float]:
+    """The run's tuned teacher's (``train.teacher``) validation recall at the early-stopping cut-off (None: not
+    tuned, or at another cut-off). The tuning is the report's (kept in the run), on a seeded sample of the same
+    holdout."""
     from retrieval.evaluation import runs
 
-    tuned = runs.tuned_baseline(run.paths.root, "rp3beta", run.vocabularies()[0].ids)
+    tuned = runs.tuned_baseline(run.paths.root, run.config.train.teacher, run.vocabularies()[0].ids)
     if tuned is None or tuned.value is None or tuned.metric != f"recall@{run.config.train.eval_k}":
         return None
     return float(tuned.value)
@@ -329,8 +331,8 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
         examples = examples.most_recent(c.data.max_examples_per_user)
     if choice.teacher and c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
         teacher_users, teacher_items, sureness = teacher_lib.pairs(
-            examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
-            runs.tuned_params(paths.root, "rp3beta", item_vocab.ids))
+            c.train.teacher, examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
+            runs.tuned_params(paths.root, c.train.teacher, item_vocab.ids))
         examples = examples.with_teacher(teacher_users, teacher_items,
                                          sureness if c.train.teacher_weighting == "score" else None)
     logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if run.data.is_set else "next-item",

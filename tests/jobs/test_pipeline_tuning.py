@@ -196,7 +196,7 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
                                                                                     rp3beta):
     """train.teacher_when = "item_item_leads": a second tuning with the teacher only when the tuned RP3beta's
     holdout recall is above the towers' best; the better variant is recorded, and the refit continues its weights."""
-    monkeypatch.setattr(tuning, "_rp3beta_validation", lambda run: rp3beta)
+    monkeypatch.setattr(tuning, "_teacher_validation", lambda run: rp3beta)
     sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
             "train.epochs": 2, "train.refit_epochs": 1, "train.teacher_items": 2,
             "train.teacher_when": "item_item_leads", "train.teacher_variant": "user_ids"}
@@ -208,7 +208,7 @@ def test_the_teacher_is_tried_only_where_rp3beta_leads_and_kept_only_where_it_wi
         assert "teacher_trial" not in record and not record["teacher"] and not taught.exists()
         return
     trial = record["teacher_trial"]
-    assert trial["rp3beta"] == 1.0 and taught.joinpath("variant.json").exists()
+    assert trial["teacher"] == "rp3beta" and trial["teacher_metric"] == 1.0 and taught.joinpath("variant.json").exists()
     assert trial["kept"] == (trial["with"] > trial["without"]) == record["teacher"]
     assert record["best_metric"] == max(trial["with"], trial["without"])
     assert trial["variant"] == "user_ids" and record["variant"] == ("user_ids" if trial["kept"] else None)
@@ -222,7 +222,7 @@ def test_the_teachers_probe_gives_the_first_tuning_up_where_it_trails_rp3beta_an
         log_path, tmp_path, monkeypatch):
     """train.teacher_probe_epochs: the first tuning stops after the probe's epoch when it reads below PROBE_SHARE of
     the tuned RP3beta, and the towers tuned with the teacher are kept without a comparison with the cut tuning."""
-    monkeypatch.setattr(tuning, "_rp3beta_validation", lambda run: 1.0)  # out of the towers' reach
+    monkeypatch.setattr(tuning, "_teacher_validation", lambda run: 1.0)  # out of the towers' reach
     sets = {**TUNING, "data.order": "none", "data.split": "random", "train.validation_fraction": 0.25,
             "train.epochs": 3, "train.refit": False, "train.teacher_items": 2, "train.teacher_weighting": "score",
             "train.teacher_when": "item_item_leads", "train.teacher_probe_epochs": 1}
