@@ -130,23 +130,26 @@ SUMMARISED = ("warm recall@20", "warm ndcg@20", "cold among cold recall@20", "co
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """One row per id-dropout share over its draws: each of :data:`SUMMARISED` as ``mean (min-max)``, and for each
-    paired comparison with the content baseline, in how many draws its 95% interval lies above zero."""
+    """One row per id-dropout share over its draws: each of :data:`SUMMARISED` as its mean over the draws with their
+    range (``"<figure> mean"``, ``_min``, ``_max``: the results page shows ``mean (min-max)``), and for each paired
+    comparison with the content baseline, in how many of the ``draws`` its 95% interval lies above zero."""
     out = []
     for dropout in dict.fromkeys(row["id_dropout"] for row in rows):
         draws = [row for row in rows if row["id_dropout"] == dropout]
-        seeds = ", ".join(str(row["seed"]) for row in draws)
-        summed = {"split": draws[0]["split"], "id_dropout": dropout, "seed": f"{len(draws)} draws ({seeds})"}
+        summed = {"split": draws[0]["split"], "id_dropout": dropout, "draws": len(draws),
+                  "seeds": ", ".join(str(row["seed"]) for row in draws)}
         for key in SUMMARISED:
             values = [row[key] for row in draws if row.get(key) is not None]
             if values:
-                digits = ".0f" if key == "seconds" else ".4f"
-                summed[key] = f"{sum(values) / len(values):{digits}} ({min(values):{digits}}-{max(values):{digits}})"
+                digits = 0 if key == "seconds" else 4
+                summed.update({f"{key} mean": round(sum(values) / len(values), digits),
+                               f"{key} mean_min": round(min(values), digits),
+                               f"{key} mean_max": round(max(values), digits)})
         for label in ("cold among cold", "cold in catalogue"):
             for metric in HEADLINE:
                 key = f"{label} {metric} minus content"
-                above = sum(1 for row in draws if (row.get(key) or [None] * 3)[1] is not None and row[key][1] > 0)
-                summed[key] = f"interval above zero in {above} of {len(draws)}"
+                lows = [row[key][1] for row in draws if row.get(key) and row[key][1] is not None]
+                summed[f"{key}: draws with the interval above zero"] = sum(low > 0 for low in lows)
         out.append(summed)
     return out
 

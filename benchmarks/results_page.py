@@ -121,11 +121,20 @@ def _columns(rows: Sequence[dict]) -> list[str]:
     return columns
 
 
+def _ranged_header(column: str) -> str:
+    """The header of a column with a range: the key names its centre (``"... mean"``), else it is a median."""
+    return f"{column} (min-max)" if column.endswith(CENTRES) else f"{column} (median, min-max)"
+
+
+CENTRES = (" mean", " median")  # a ranged key ending so names its centre itself (bench_cold_start's means)
+
+
 def markdown_table(rows: Sequence[dict]) -> str:
     """A Markdown table of ``rows``: keys in order of first appearance, a key ``k`` with ``k_min`` and ``k_max``
-    beside it shown as ``median (min-max)`` in one column, ``peak_rss_mb`` right after the first ``*_per_s``."""
+    beside it shown as ``centre (min-max)`` in one column (the median, unless the key names its centre: ``"k
+    mean"``), ``peak_rss_mb`` right after the first ``*_per_s``."""
     columns = _columns(rows)
-    header = [f"{c} (median, min-max)" if any(f"{c}_min" in r and f"{c}_max" in r for r in rows) else c
+    header = [_ranged_header(c) if any(f"{c}_min" in r and f"{c}_max" in r for r in rows) else c
               for c in columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(columns)]
     for row in rows:

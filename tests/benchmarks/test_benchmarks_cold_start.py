@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks import bench_cold_start
+from benchmarks import bench_cold_start, results_page
 
 
 def _draw(seed: int, among: float, content: float, low: float, dropout: float = 0.15) -> dict:
@@ -19,15 +19,16 @@ def test_the_summary_gives_each_figures_mean_and_range_and_counts_intervals_abov
     rows = [_draw(43, 0.20, 0.16, 0.01), _draw(44, 0.18, 0.15, -0.001), _draw(45, 0.22, 0.17, 0.02),
             _draw(43, 0.10, 0.16, -0.08, dropout=0.0)]
     shipped, without = bench_cold_start.summary(rows)
-    assert shipped["seed"] == "3 draws (43, 44, 45)" and without["seed"] == "1 draws (43)"
-    assert shipped["cold among cold recall@20"] == "0.2000 (0.1800-0.2200)"
+    assert (shipped["draws"], shipped["seeds"], without["draws"], without["seeds"]) == (3, "43, 44, 45", 1, "43")
+    assert [shipped[f"cold among cold recall@20 mean{end}"] for end in ("", "_min", "_max")] == [0.2, 0.18, 0.22]
     ratios = [0.20 / 0.16, 0.18 / 0.15, 0.22 / 0.17]
-    assert shipped["cold among cold recall@20 / content"] == (
-        f"{sum(ratios) / 3:.4f} ({min(ratios):.4f}-{max(ratios):.4f})")
-    assert shipped["cold in catalogue recall@20 minus content"] == "interval above zero in 2 of 3"
-    assert without["cold among cold ndcg@20 minus content"] == "interval above zero in 0 of 1"
-    assert "cold in catalogue recall@20" not in shipped  # no draw had the figure
-    assert shipped["seconds"] == "144 (143-145)"
+    assert shipped["cold among cold recall@20 / content mean"] == round(sum(ratios) / 3, 4)
+    assert shipped["cold in catalogue recall@20 minus content: draws with the interval above zero"] == 2
+    assert without["cold among cold ndcg@20 minus content: draws with the interval above zero"] == 0
+    assert "cold in catalogue recall@20 mean" not in shipped  # no draw had the figure
+    assert [shipped[f"seconds mean{end}"] for end in ("", "_min", "_max")] == [144, 143, 145]
+    table = results_page.markdown_table([shipped])  # the page shows each figure as mean (min-max)
+    assert "| cold among cold recall@20 mean (min-max) |" in table and "| 0.2 (0.18-0.22) |" in table
 
 
 def test_a_test_run_refuses_validation_draws_and_defaults_to_fresh_ones():
