@@ -88,7 +88,8 @@ class ItemTower(tf.keras.layers.Layer):
         an item is its id, one block)."""
         super().__init__(name=name)
         s = settings
-        if layout.block_width != s.output_dim or layout.bias or (not features and not layout.one_block):
+        if (layout.block_width != s.output_dim or layout.normalized != s.l2_normalize or layout.bias
+                or (not features and not layout.one_block)):
             raise ValueError(f"an item tower of width {s.output_dim} {'with' if features else 'without'} item "
                              f"features cannot export {layout}")
         self.layout = layout

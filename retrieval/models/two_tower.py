@@ -66,12 +66,8 @@ class TwoTowerModel(tfrs.Model):
 
     @property
     def metric(self) -> str:
-        """Similarity of the exported vectors: "cosine" when both towers are L2-normalised and the layout is their
-        one block (no cold head's second block, content coordinates or output-table bias widen it), else "ip" (inner
-        product: the index's name for it)."""
-        normalized = (self.layout.one_block and self.item_tower is not None and self.item_tower.l2_normalize
-                      and self.user_tower.l2_normalize)
-        return "cosine" if normalized else "ip"
+        """Similarity of the exported vectors, the layout's (``ScoreLayout.metric``): "cosine" or "ip"."""
+        return self.layout.metric
 
     @property
     def item_similarity(self) -> str:

@@ -26,16 +26,17 @@ def catalogue():
 
 
 @pytest.mark.parametrize("changes,features,expected", [
-    ({}, "", ScoreLayout(8)),
-    ({}, FEATURES, ScoreLayout(8)),
-    ({"item_tower.cold_head": True}, FEATURES, ScoreLayout(8, heads=2)),
-    ({"item_tower.cold_head": True}, "", ScoreLayout(8)),  # no item table: no cold items, one block
+    ({}, "", ScoreLayout(8, normalized=True)),
+    ({}, FEATURES, ScoreLayout(8, normalized=True)),
+    ({"l2_normalize": False}, "", ScoreLayout(8)),
+    ({"item_tower.cold_head": True}, FEATURES, ScoreLayout(8, heads=2, normalized=True)),
+    ({"item_tower.cold_head": True}, "", ScoreLayout(8, normalized=True)),  # no item table: no cold items, one block
     ({"item_tower.cold_head": True, "item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 4},
-     FEATURES, ScoreLayout(8, heads=2, content_width=4)),
+     FEATURES, ScoreLayout(8, heads=2, content_width=4, normalized=True)),
     ({"item_tower.cold_head": True, "item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 64},
      FEATURES, "capped"),  # more coordinates asked for than the catalogue has terms: all its terms
     ({"objective.name": "sampled_softmax", "objective.num_negatives": 4, "objective.output_table": True}, "",
-     ScoreLayout(8, bias=True)),
+     ScoreLayout(8, bias=True, normalized=True)),
 ])
 def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features, expected):
     vocab, tables = catalogue
@@ -48,7 +49,7 @@ def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features,
     terms = sum(block.width for block in content.layout(tables))
     assert 4 < terms < 64
     if expected == "capped":
-        expected = ScoreLayout(8, heads=2, content_width=terms)
+        expected = ScoreLayout(8, heads=2, content_width=terms, normalized=True)
     flat = config_checks.Settled({"model": config.to_dict(), "data": {"item_features": features}})
     layout = score_layout(flat, terms)
     assert layout == expected
@@ -56,6 +57,7 @@ def test_the_layout_is_the_width_the_towers_export(catalogue, changes, features,
         vocab = Vocabulary.from_ids([f"i{k}" for k in range(10)])
     model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), tables if features else None)
     assert model.catalogue_vectors().shape[1] == layout.dimension
+    assert model.metric == layout.metric == ("cosine" if config.l2_normalize and layout.one_block else "ip")
     if expected.content_width:  # before the data is known: the content width at its most
         assert score_layout(flat).content_width == config.item_tower.content_profile_dim
 
