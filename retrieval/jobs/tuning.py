@@ -107,16 +107,17 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
     recorded it).
 
     With ``train.teacher_when = "item_item_leads"`` (and a teacher, ``train.teacher_items``, on set data held in
-    memory), the towers are tuned without the teacher first; when the run's tuned teacher (``train.teacher``, RP3beta
-    by default) reads a higher validation recall than their best epoch (the report's baseline, tuned on the same holdout: ``runs.tuned_baseline``), they
-    are tuned again with it (``checkpoints/tuning/teacher``), and the tuning with the better best epoch is kept. The
-    record says which (``teacher``, ``teacher_trial``); the refit and the export follow it (``_choice``). So the
-    teacher costs a second tuning only where an item-item walk leads, and is kept only where it wins on the holdout
-    (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta leads; -0.001 on Yelp2018, where it does
-    not). With ``train.teacher_probe_epochs`` (the large-catalogue schedule's 3), the first tuning is a probe: when
-    its validation recall at that epoch is below ``PROBE_SHARE`` of the teacher's, it stops there and the tuning with the
-    teacher follows and is kept, which saves the rest of a tuning whose outcome the probe foretells. Then each of
-    ``train.variants`` is tuned too where the first tuning was cheap (``_try_variants``)."""
+    memory), the towers are tuned without the teacher first; when the run's tuned teacher (``train.teacher``,
+    RP3beta by default) reads a higher validation recall than their best epoch (the report's baseline, tuned on the
+    same holdout: ``runs.tuned_baseline``), they are tuned again with it (``checkpoints/tuning/teacher``), and the
+    tuning with the better best epoch is kept. The record says which (``teacher``, ``teacher_trial``); the refit and
+    the export follow it (``_choice``). So the teacher costs a second tuning only where an item-item walk leads, and
+    is kept only where it wins on the holdout (benchmarks/JOURNAL.md, "Issue 47": +0.005 on Gowalla, where RP3beta
+    leads; -0.001 on Yelp2018, where it does not). With ``train.teacher_probe_epochs`` (the large-catalogue
+    schedule's 3), the first tuning is a probe: when its validation recall at that epoch is below ``PROBE_SHARE`` of
+    the teacher's, it stops there and the tuning with the teacher follows and is kept, which saves the rest of a
+    tuning whose outcome the probe foretells. Then each of ``train.variants`` is tuned too where the first tuning
+    was cheap (``_try_variants``)."""
     if run.data.holdout is None:
         return None, None
     record = run.tuning_checkpoints / "record.json"

@@ -11,11 +11,11 @@ User tower (Covington et al. 2016, "Deep Neural Networks for YouTube Recommendat
 embedded (with the item tower's id table or a separate one), pooled over the valid history positions (index >= 2;
 the pooling the builder hands it, ``poolings.POOLINGS``: mean, attention, a sequence encoder), concatenated with
 the user's features (gathered by user index, an optional user-id embedding) and the example age, and passed through
-a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id
-embedding instead joins after the MLP, SimpleX's aggregation (Mao et al. 2021, section 3.2):
-``u = g e_user + (1 - g) MLP(pooled history, features)``. With a pooling that trains every position (the sequence
-encoder of pooling "self_attention", ``poolings/self_attention.py``), ``every_position=True`` returns the user vector
-after every history position ``[B, H, output_dim]`` (training).
+a ReLU MLP to the item tower's dimension. With a gate ``g`` the user-id embedding instead joins after the MLP,
+SimpleX's aggregation (Mao et al. 2021, section 3.2): ``u = g e_user + (1 - g) MLP(pooled history, features)``.
+With a pooling that trains every position (the sequence encoder of pooling "self_attention",
+``poolings/self_attention.py``), ``every_position=True`` returns the user vector after every history position ``[B,
+H, output_dim]`` (training).
 
 Each tower takes its scalar options as one typed value (``part_settings.ItemTowerSettings`` and
 ``part_settings.UserTowerSettings``, read from the model config), the item tower the layout of the vectors it exports
@@ -61,8 +61,8 @@ class SharedItemParts:
     unknown-id row) and add their projected feature encodings; ``content_projection``: applied to the mean of the
     history items' feature encodings and added to the user vector; ``content_profile``: the history's profile is
     appended to the user vector; ``heads``: the item tower's blocks (``ScoreLayout.heads``), which the user tower
-    scores with as many heads (2 with the cold head). None where the item tower has no such part (all of them without item features), and
-    the default value for a user tower without an item tower (the output table's)."""
+    scores with as many heads (2 with the cold head). None where the item tower has no such part (all of them
+    without item features), and the default value for a user tower without an item tower (the output table's)."""
 
     id_rows: Optional[ItemIdRows] = None
     features: Optional[FeatureTables] = None
