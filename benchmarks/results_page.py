@@ -121,12 +121,12 @@ def _columns(rows: Sequence[dict]) -> list[str]:
     return columns
 
 
+CENTRES = (" mean", " median")  # a ranged key ending so names its centre itself (bench_cold_start's means)
+
+
 def _ranged_header(column: str) -> str:
     """The header of a column with a range: the key names its centre (``"... mean"``), else it is a median."""
     return f"{column} (min-max)" if column.endswith(CENTRES) else f"{column} (median, min-max)"
-
-
-CENTRES = (" mean", " median")  # a ranged key ending so names its centre itself (bench_cold_start's means)
 
 
 def markdown_table(rows: Sequence[dict]) -> str:

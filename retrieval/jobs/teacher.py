@@ -23,12 +23,9 @@ from typing import Mapping
 import numpy as np
 from absl import logging
 
-from retrieval import settings
 from retrieval.data.vocab import NUM_RESERVED
 from retrieval.evaluation import baselines, ranking
 from retrieval.evaluation import csr as csr_lib
-
-assert set(settings.TEACHERS) <= set(baselines.BASELINES), "settings.TEACHERS names baselines"
 
 
 def pairs(name: str, users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_user: int,
@@ -40,8 +37,7 @@ def pairs(name: str, users: np.ndarray, items: np.ndarray, n_users: int, n_items
     start = time.monotonic()
     users, items = np.asarray(users, np.int64), np.asarray(items, np.int64)
     train = csr_lib.from_pairs(users, items, n_users)
-    popularity = np.bincount(items, minlength=n_items)
-    (scorer,) = baselines.BASELINES[name].fit(baselines.Training(train, n_items, popularity), [dict(params)])
+    scorer = baselines.make(name, train, n_items, np.bincount(items, minlength=n_items), params=params)
     rows = np.flatnonzero(train.lengths > 0)
     top, scores = ranking.top_k(scorer, rows, n_items, per_user, exclude=train)
     keep = (top >= NUM_RESERVED) & (scores > 0)

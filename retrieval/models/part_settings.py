@@ -28,7 +28,7 @@ class ItemTowerSettings:
 
     ``output_dim``: the vector's width (``model.embedding_dim``); ``id_embedding_dim``, ``hidden_units``,
     ``feature_embedding_dim``: the id table's width, the MLP's ReLU layers, each feature embedding's width;
-    ``l2_normalize``: normalise the vector. With item features only: ``id_dropout``, the share of ids read at the
+    whether the vector is normalised is its layout's (``ScoreLayout.normalized``). With item features only: ``id_dropout``, the share of ids read at the
     unknown-id row in training, drawn from ``seed``; ``content_match``, a linear path from the feature encodings to
     the vector (shared with the user tower); ``content_profile_weight``, the weight of the content coordinates the
     layout appends (``content_profile.ContentProfile``; its SVD starts from ``seed``). How many blocks the vector has
@@ -39,7 +39,6 @@ class ItemTowerSettings:
     id_embedding_dim: int
     hidden_units: tuple[int, ...] = ()
     feature_embedding_dim: int = 16
-    l2_normalize: bool = False
     id_dropout: float = 0.0
     seed: int = 0
     content_match: bool = False
@@ -48,11 +47,11 @@ class ItemTowerSettings:
     @classmethod
     def from_config(cls, model: ml_collections.ConfigDict) -> ItemTowerSettings:
         """The settings ``model`` (the ``config.model`` section) declares: its ``item_tower`` keys, with the
-        section's ``embedding_dim``, ``l2_normalize`` and ``seed``."""
+        section's ``embedding_dim`` and ``seed``."""
         item = model.item_tower
         return cls(output_dim=model.embedding_dim, id_embedding_dim=item.id_embedding_dim,
                    hidden_units=tuple(item.hidden_units), feature_embedding_dim=item.feature_embedding_dim,
-                   l2_normalize=model.l2_normalize, id_dropout=item.id_dropout, seed=model.seed,
+                   id_dropout=item.id_dropout, seed=model.seed,
                    content_match=item.content_match, content_profile_weight=item.content_profile_weight)
 
 

@@ -88,8 +88,7 @@ class ItemTower(tf.keras.layers.Layer):
         an item is its id, one block)."""
         super().__init__(name=name)
         s = settings
-        if (layout.block_width != s.output_dim or layout.normalized != s.l2_normalize or layout.bias
-                or (not features and not layout.one_block)):
+        if layout.block_width != s.output_dim or layout.bias or (not features and not layout.one_block):
             raise ValueError(f"an item tower of width {s.output_dim} {'with' if features else 'without'} item "
                              f"features cannot export {layout}")
         self.layout = layout
@@ -99,7 +98,7 @@ class ItemTower(tf.keras.layers.Layer):
                            if layout.content_width else None)
         self.vocab_size = int(vocab_size)
         self.output_dim = int(s.output_dim)
-        self.l2_normalize = bool(s.l2_normalize)
+        self.l2_normalize = layout.normalized
         self.id_embedding = EmbeddingTable(vocab_size, s.id_embedding_dim,
                                            embeddings_initializer=init.embedding(), name="item_id_emb")
         self.features = (FeatureTables(features, vocab_size, s.feature_embedding_dim, init, name="item_features")

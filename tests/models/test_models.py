@@ -91,8 +91,8 @@ def test_item_tower_encodes_several_features_by_index(features):
 
 
 def test_id_only_item_tower_is_the_normalised_embedding():
-    tower = ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4, l2_normalize=True),
-                      ScoreLayout(4, normalized=True), Initializers(0))
+    tower = ItemTower(V_ITEMS, ItemTowerSettings(4, id_embedding_dim=4), ScoreLayout(4, normalized=True),
+                      Initializers(0))
     out = tower(tf.range(V_ITEMS)).numpy()
     table = tower.id_embedding.embeddings.numpy()
     assert tower.mlp is None
