@@ -64,6 +64,22 @@ def users_per_step(config: ml_collections.ConfigDict, data: Optional[handoff.Pre
     return int(min(max(round(POSITIONS_PER_STEP / positions), low), high))
 
 
+SEQUENCE_MIXED_NEGATIVES = 2048  # uniform negatives beside the in-batch ones of the self-attentive variant's step
+
+
+def _mixed_negatives(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+    """The self-attentive variant's extra negatives: with the in-batch softmax, ``SEQUENCE_MIXED_NEGATIVES`` drawn
+    uniformly from the catalogue for the whole step (mixed negative sampling, Yang et al. 2020, log-Q corrected
+    jointly with the in-batch ones; none for another objective). A step's in-batch negatives are its own targets,
+    about 2,048 popular-leaning items; the uniform ones reach the tail the full softmax covers. On Amazon Beauty's
+    validation draw ``configs/sequential.py`` read HR@20 0.1479 with them against 0.1434 without (4,096: 0.1487; the
+    exact full softmax 0.1497 at twice the training time, this at 1.2x; benchmarks/JOURNAL.md, "Issue 48: mixed
+    negatives for the self-attentive tower")."""
+    if config.model.objective.name != "in_batch":
+        return {}
+    return {"model.objective.num_negatives": SEQUENCE_MIXED_NEGATIVES, "model.objective.sampler": "uniform"}
+
+
 def _self_attention(config: ml_collections.ConfigDict, data: Optional[handoff.PreparedData]) -> Mapping[str, Any]:
     """SASRec's tower (Kang and McAuley 2018) as ``configs/sequential.py`` ships it: the causal encoder over the item
     table it shares with the item tower, every position a target; early-stopped like the recipe."""
@@ -87,6 +103,7 @@ def _self_attention(config: ml_collections.ConfigDict, data: Optional[handoff.Pr
         # About 2,048 target positions a step (the in-batch negatives of every position): 256 users of short
         # histories, fewer of long ones.
         "train.batch_size": users_per_step(config, data),
+        **_mixed_negatives(config),
         # configs/sequential.py's 30-epoch cosine schedule, early-stopped sooner than the recipe. The cap sets how
         # fast the learning rate falls: under a cap of 200 (five times the recipe's, when an epoch of the bundled
         # log was 12 steps) it had barely fallen by epoch 19 and Beauty's holdout HR@20 read 0.1129 there, against

@@ -37,6 +37,16 @@ def test_the_self_attentive_variant_is_configs_sequential_tower_and_suits_sequen
     assert variants.VARIANTS["softer"].unsuited(config, PreparedData("none", "set")) is None
 
 
+def test_the_self_attentive_variant_mixes_uniform_negatives_into_the_in_batch_softmax_only():
+    config = get_config()
+    assert config.model.objective.name == "in_batch" and config.model.objective.num_negatives == 0
+    towers = variants.apply(config, "self_attention").model.objective
+    assert (towers.num_negatives, towers.sampler) == (variants.SEQUENCE_MIXED_NEGATIVES, "uniform")
+    config.model.objective.name, config.model.objective.num_negatives = "sampled_softmax", 500
+    sampled = variants.apply(config, "self_attention").model.objective  # another objective keeps its negatives
+    assert (sampled.num_negatives, sampled.sampler) == (500, "unigram")
+
+
 def test_the_self_attentive_variant_is_not_tried_where_the_item_tower_reads_a_pooled_history():
     """configs/catalogue.py's content-match term and content profile pool the history's item features."""
     from configs.catalogue import get_config as catalogue_config
