@@ -11,7 +11,7 @@ import tensorflow as tf
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
 from retrieval.config_keys import Settled
 from retrieval.data import content
-from retrieval.data.vocab import Vocabulary
+from retrieval.data.vocab import NUM_RESERVED, Vocabulary
 from retrieval.models import config as config_lib
 from retrieval.models import poolings
 from retrieval.models.layers import EmbeddingTable, Initializers
@@ -29,9 +29,9 @@ from retrieval.sampling.frequency import FrequencyEstimator
 from retrieval.sampling.samplers import CandidateSampler
 
 
-def _sampler(settings: ObjectiveSettings, item_vocab: Vocabulary) -> CandidateSampler:
+def _sampler(settings: ObjectiveSettings, item_vocab: Vocabulary, num_sampled: int) -> CandidateSampler:
     unigrams = item_vocab.counts if settings.sampler == "unigram" else None
-    return CandidateSampler(settings.sampler, settings.num_negatives, item_vocab.size, unigrams=unigrams,
+    return CandidateSampler(settings.sampler, num_sampled, item_vocab.size, unigrams=unigrams,
                             distortion=settings.distortion, seed=settings.seed)
 
 
@@ -43,13 +43,16 @@ def _objective(settings: ObjectiveSettings, candidates: tf.keras.layers.Layer,
     if s.source == "full":
         return FullCatalogue(candidates, item_vocab.size, s.temperature, loss=s.name)
     if s.source == "sampled":
-        return SampledNegatives(candidates, _sampler(s, item_vocab), s.temperature, loss=s.name)
+        return SampledNegatives(candidates, _sampler(s, item_vocab, s.num_negatives), s.temperature, loss=s.name)
     # The batch as the negatives: in-batch softmax, or a binary objective with negatives="in_batch".
     estimator = None
     if s.log_q == "estimated":
         estimator = FrequencyEstimator(s.estimator_buckets or item_vocab.size, s.estimator_alpha, s.estimator_hashes,
                                        seed=s.seed, name="frequency_estimator")
-    sampler = _sampler(s, item_vocab) if s.num_negatives > 0 else None
+    # Mixed negatives: at most every item once (a catalogue smaller than the count asked for is drawn whole, so that
+    # configs/sequential.py's 2,048 suit any catalogue).
+    mixed = min(s.num_negatives, item_vocab.size - NUM_RESERVED)
+    sampler = _sampler(s, item_vocab, mixed) if mixed > 0 else None
     return InBatchNegatives(candidates, s.temperature, s.log_q, counts=item_vocab.counts, estimator=estimator,
                             sampler=sampler, loss=s.name)
 

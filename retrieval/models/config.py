@@ -223,7 +223,8 @@ MODEL = Section("model", (
         "expected count among a row's noise), plus num_negatives mixed-in sampled ones. The other objectives ignore it."),
     Key("objective.num_negatives", 0, integer(0, MAX_BATCH),
         'Sampled negatives per batch: sampled_softmax\'s (or a binary objective\'s, negatives="sampled") negatives, or '
-        'the in-batch objectives\' extra ("mixed") negatives, 0: none.',
+        'the in-batch objectives\' extra ("mixed") negatives (at most every item once: a smaller catalogue is drawn '
+        'whole), 0: none.',
         needs=(Needs(
             lambda n, c: n >= 1 or not samples_negatives(c["model.objective.name"], c["model.objective.negatives"]),
             lambda n, c: f"{c['model.objective.name']} with sampled negatives needs at least 1"),)),

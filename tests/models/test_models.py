@@ -250,6 +250,18 @@ def test_mixed_negatives_use_the_mixture_correction(vocabs, batch, log_q):
     np.testing.assert_allclose(loss, reference.numpy(), rtol=1e-4)
 
 
+def test_mixed_negatives_beyond_the_catalogue_draw_every_item_once(vocabs, batch):
+    """configs/sequential.py mixes in 2,048 uniform negatives; a smaller catalogue is drawn whole, each item once,
+    with the same expected count (TensorFlow's for a unique draw). Sampled softmax keeps its error for such a count."""
+    items, users = vocabs
+    model = build_model(small_config(num_negatives=10 * V_ITEMS, sampler="uniform"), items, users)
+    sampled_ids, sampled_log_q, _ = (t.numpy() for t in model.objective.sampler.sample(tf.constant(batch["label"])))
+    assert sorted(sampled_ids) == list(range(2, V_ITEMS))
+    np.testing.assert_allclose(sampled_log_q, sampled_log_q[0])
+    with pytest.raises(InputError, match="num_sampled"):
+        build_model(small_config(name="sampled_softmax", num_negatives=10 * V_ITEMS), items, users)
+
+
 def test_full_softmax_matches_numpy(vocabs, batch):
     model = build_model(small_config(name="full_softmax"), *vocabs)
     loss, query = per_example(model, batch)
