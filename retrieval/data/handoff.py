@@ -88,6 +88,7 @@ class PreparedData:
     streamed: bool = False  # prepared on partitions: training streams the examples from the shard files
     holdout: Optional[dict] = None  # the automatic validation holdout (train.validation_fraction), when made
     items_per_user: Optional[float] = None  # training interactions per user, on average
+    items: Optional[int] = None  # the catalogue's items
 
     @classmethod
     def read(cls, summary: Optional[dict], paths: artifacts.RunPaths) -> PreparedData:
@@ -98,7 +99,7 @@ class PreparedData:
         manifest = prepare.examples_dir(paths) / examples_lib.MANIFEST
         streamed = manifest.exists() and bool(artifacts.read_json(manifest).get("streamed"))
         return cls((summary.get("order") or {}).get("order"), (summary.get("examples") or {}).get("kind"), streamed,
-                   summary.get("tuning"), interactions / users if users and interactions else None)
+                   summary.get("tuning"), interactions / users if users and interactions else None, summary.get("items"))
 
     @property
     def is_set(self) -> bool:

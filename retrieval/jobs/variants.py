@@ -65,17 +65,23 @@ def users_per_step(config: ml_collections.ConfigDict, data: Optional[handoff.Pre
 
 
 SEQUENCE_MIXED_NEGATIVES = 2048  # uniform negatives beside the in-batch ones of the self-attentive variant's step
+MIXED_FROM_ITEMS = 4 * POSITIONS_PER_STEP  # ... where the catalogue has at least this many items
 
 
-def _mixed_negatives(config: ml_collections.ConfigDict) -> Mapping[str, Any]:
+def _mixed_negatives(config: ml_collections.ConfigDict, data: Optional[handoff.PreparedData]) -> Mapping[str, Any]:
     """The self-attentive variant's extra negatives: with the in-batch softmax, ``SEQUENCE_MIXED_NEGATIVES`` drawn
     uniformly from the catalogue for the whole step (mixed negative sampling, Yang et al. 2020, log-Q corrected
-    jointly with the in-batch ones; none for another objective). A step's in-batch negatives are its own targets,
-    about 2,048 popular-leaning items; the uniform ones reach the tail the full softmax covers. On Amazon Beauty's
-    validation draw ``configs/sequential.py`` read HR@20 0.1479 with them against 0.1434 without (4,096: 0.1487; the
-    exact full softmax 0.1497 at twice the training time, this at 1.2x; benchmarks/JOURNAL.md, "Issue 48: mixed
-    negatives for the self-attentive tower")."""
+    jointly with the in-batch ones; none for another objective). A step's in-batch negatives are its own ~2,048
+    targets, drawn by popularity: on a long-tailed catalogue of many times that (Amazon Beauty's 12,101 items) they
+    rarely reach the tail the full softmax covers, and the uniform ones do: on Beauty's validation draw
+    ``configs/sequential.py`` read HR@20 0.1479 and 0.1497 with them against 0.1434 and 0.1470 without (two seeds;
+    4,096: 0.1487; the exact full softmax 0.1497 at twice the training time, this at 1.2x). On a catalogue a step's
+    targets already cover (the bundled 2,000 items) they lost: the variant's holdout recall@20 0.3080 against 0.3197
+    (benchmarks/JOURNAL.md, "Issue 48: mixed negatives for the self-attentive tower"). So a run mixes them in only
+    from ``MIXED_FROM_ITEMS`` items; ``configs/sequential.py`` (no data known) always."""
     if config.model.objective.name != "in_batch":
+        return {}
+    if data is not None and data.items is not None and data.items < MIXED_FROM_ITEMS:
         return {}
     return {"model.objective.num_negatives": SEQUENCE_MIXED_NEGATIVES, "model.objective.sampler": "uniform"}
 
@@ -103,7 +109,7 @@ def _self_attention(config: ml_collections.ConfigDict, data: Optional[handoff.Pr
         # About 2,048 target positions a step (the in-batch negatives of every position): 256 users of short
         # histories, fewer of long ones.
         "train.batch_size": users_per_step(config, data),
-        **_mixed_negatives(config),
+        **_mixed_negatives(config, data),
         # configs/sequential.py's 30-epoch cosine schedule, early-stopped sooner than the recipe. The cap sets how
         # fast the learning rate falls: under a cap of 200 (five times the recipe's, when an epoch of the bundled
         # log was 12 steps) it had barely fallen by epoch 19 and Beauty's holdout HR@20 read 0.1129 there, against

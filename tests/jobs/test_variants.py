@@ -37,11 +37,16 @@ def test_the_self_attentive_variant_is_configs_sequential_tower_and_suits_sequen
     assert variants.VARIANTS["softer"].unsuited(config, PreparedData("none", "set")) is None
 
 
-def test_the_self_attentive_variant_mixes_uniform_negatives_into_the_in_batch_softmax_only():
+def test_the_self_attentive_variant_mixes_uniform_negatives_into_the_in_batch_softmax_of_large_catalogues():
+    from retrieval.data.handoff import PreparedData
+
     config = get_config()
     assert config.model.objective.name == "in_batch" and config.model.objective.num_negatives == 0
-    towers = variants.apply(config, "self_attention").model.objective
-    assert (towers.num_negatives, towers.sampler) == (variants.SEQUENCE_MIXED_NEGATIVES, "uniform")
+    for data in (None, PreparedData("time", "next_item", items=variants.MIXED_FROM_ITEMS)):  # none: sequential.py
+        towers = variants.apply(config, "self_attention", data).model.objective
+        assert (towers.num_negatives, towers.sampler) == (variants.SEQUENCE_MIXED_NEGATIVES, "uniform")
+    small = PreparedData("time", "next_item", items=variants.MIXED_FROM_ITEMS - 1)  # a step's targets cover it
+    assert variants.apply(config, "self_attention", small).model.objective == config.model.objective
     config.model.objective.name, config.model.objective.num_negatives = "sampled_softmax", 500
     sampled = variants.apply(config, "self_attention").model.objective  # another objective keeps its negatives
     assert (sampled.num_negatives, sampled.sampler) == (500, "unigram")
