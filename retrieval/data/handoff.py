@@ -99,7 +99,8 @@ class PreparedData:
         manifest = prepare.examples_dir(paths) / examples_lib.MANIFEST
         streamed = manifest.exists() and bool(artifacts.read_json(manifest).get("streamed"))
         return cls((summary.get("order") or {}).get("order"), (summary.get("examples") or {}).get("kind"), streamed,
-                   summary.get("tuning"), interactions / users if users and interactions else None, summary.get("items"))
+                   summary.get("tuning"), interactions / users if users and interactions else None,
+                   summary.get("items"))
 
     @property
     def is_set(self) -> bool:

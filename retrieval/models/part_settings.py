@@ -28,11 +28,12 @@ class ItemTowerSettings:
 
     ``output_dim``: the vector's width (``model.embedding_dim``); ``id_embedding_dim``, ``hidden_units``,
     ``feature_embedding_dim``: the id table's width, the MLP's ReLU layers, each feature embedding's width;
-    whether the vector is normalised is its layout's (``ScoreLayout.normalized``). With item features only: ``id_dropout``, the share of ids read at the
-    unknown-id row in training, drawn from ``seed``; ``content_match``, a linear path from the feature encodings to
-    the vector (shared with the user tower); ``content_profile_weight``, the weight of the content coordinates the
-    layout appends (``content_profile.ContentProfile``; its SVD starts from ``seed``). How many blocks the vector has
-    (the cold head's two) and how many content coordinates: the tower's ``layout.ScoreLayout``.
+    whether the vector is normalised is its layout's (``ScoreLayout.normalized``). With item features only:
+    ``id_dropout``, the share of ids read at the unknown-id row in training, drawn from ``seed``; ``content_match``,
+    a linear path from the feature encodings to the vector (shared with the user tower); ``content_profile_weight``,
+    the weight of the content coordinates the layout appends (``content_profile.ContentProfile``; its SVD starts from
+    ``seed``). How many blocks the vector has (the cold head's two) and how many content coordinates: the tower's
+    ``layout.ScoreLayout``.
     """
 
     output_dim: int
