@@ -30,4 +30,5 @@ def get_config():
     # refit of configs/two_tower.py).
     config.train.early_stopping_patience = 0
     config.train.large_catalogue_items = 0  # this fixed schedule at every catalogue size (two_tower's is by size)
+    config.train.time_budget_s = 0.0  # ... and all of it, however long it takes (two_tower's has a 15-minute budget)
     return config
