@@ -166,7 +166,6 @@ TRAIN = Section("train", (
     Key("large_catalogue.min_learning_rate_ratio", 0.1, number(0, 1)),
     Key("large_catalogue.eval_max_users", 10_000, integer(0, COUNT)),
     Key("large_catalogue.refit_epochs", 2, integer(0, MAX_EPOCHS)),
-    Key("large_catalogue.time_budget_s", 0.0, number(0, 7 * 86_400)),
     Key("large_catalogue.teacher_probe_epochs", 3, integer(0, MAX_EPOCHS)),
     Key("eval_metric_name", "val_recall", text(nonempty=True),
         "Name under which the validation metric is logged (Keras logs, TensorBoard)."),

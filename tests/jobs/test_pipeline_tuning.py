@@ -80,7 +80,7 @@ def test_the_large_catalogue_schedule_replaces_its_namesakes_from_its_size_on(lo
     effective, note = tuning.for_catalogue(config, 100)
     large = config.train.large_catalogue
     assert sorted(large) == ["early_stopping_patience", "epochs", "eval_max_users", "min_learning_rate_ratio",
-                             "refit_epochs", "teacher_probe_epochs", "time_budget_s"]
+                             "refit_epochs", "teacher_probe_epochs"]
     assert {key: effective.train[key] for key in large} == large.to_dict()
     assert effective.train.epochs == 12 != config.train.epochs == 6  # the given config is left as it was
     assert note.startswith("large catalogue (100 items >= train.large_catalogue_items 100): train.")
