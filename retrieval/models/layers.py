@@ -89,20 +89,14 @@ def mlp(hidden_units: Sequence[int], output_dim: int, init: Initializers, name: 
 class FeatureTables(tf.keras.layers.Layer):
     """Encodes the features of ids given by index: categorical -> embedding, multi-valued -> masked mean of the
     value embeddings (value 0 is padding), numeric -> as is. The tables are non-trainable variables (saved with the
-    model, not copied into every traced graph).
-
-    ``trained_rows`` ([V] bool; the item tower's warm items): the rows training reads. A categorical value that none
-    of them carries is read as missing (0), in the tables and in the values :meth:`encode` is given (a catalogue
-    refresh): its embedding would never receive a gradient, so an item placed by its features would add the value's
-    random initial vector (a title word that only new items have: noise that grows as training scales the feature
-    path up)."""
+    model, not copied into every traced graph)."""
 
     def __init__(self, tables: Mapping[str, np.ndarray], vocab_size: int, embedding_dim: int, init: Initializers,
-                 name: str = "features", trained_rows: Optional[np.ndarray] = None):
+                 name: str = "features"):
         super().__init__(name=name)
         self.names = sorted(tables)
         self.vocab_size = int(vocab_size)
-        self._tables, self._embeddings, self._kinds, self._known = {}, {}, {}, {}
+        self._tables, self._embeddings, self._kinds = {}, {}, {}
         for feature in self.names:
             table = np.asarray(tables[feature])
             if table.shape[0] != vocab_size:
@@ -112,17 +106,11 @@ class FeatureTables(tf.keras.layers.Layer):
                 raise InputError("categorical feature values must be non-negative indices", field=feature)
             self._kinds[feature] = kind
             dtype = tf.float32 if kind == "numeric" else tf.int32
+            self._tables[feature] = tf.Variable(table.astype(dtype.as_numpy_dtype), trainable=False,
+                                                name=f"{feature}_table")
             if kind != "numeric":
                 self._embeddings[feature] = tf.keras.layers.Embedding(
                     int(table.max()) + 1, embedding_dim, embeddings_initializer=init.embedding(), name=f"{feature}_emb")
-                if trained_rows is not None:
-                    known = np.zeros(int(table.max()) + 1, bool)
-                    known[table[np.asarray(trained_rows, bool)]] = True
-                    known[0] = True
-                    table = np.where(known[table], table, 0)
-                    self._known[feature] = tf.constant(known)
-            self._tables[feature] = tf.Variable(table.astype(dtype.as_numpy_dtype), trainable=False,
-                                                name=f"{feature}_table")
 
     @property
     def kinds(self) -> dict[str, str]:
@@ -136,23 +124,17 @@ class FeatureTables(tf.keras.layers.Layer):
 
     def call(self, indices: tf.Tensor) -> tf.Tensor:
         """Returns the concatenated feature encodings of ``indices`` [...] -> [..., width]."""
-        return self._encode({feature: tf.gather(self._tables[feature], indices) for feature in self.names},
-                            indices.shape.rank)
+        return self.encode({feature: tf.gather(self._tables[feature], indices) for feature in self.names},
+                           indices.shape.rank)
 
     def encode_all(self) -> tf.Tensor:
         """The encodings of every vocabulary row, ``[vocab_size, width]``: what :meth:`call` gives for
         ``tf.range(vocab_size)``, without the gather."""
-        return self._encode({feature: tf.convert_to_tensor(self._tables[feature]) for feature in self.names}, 1)
+        return self.encode({feature: tf.convert_to_tensor(self._tables[feature]) for feature in self.names}, 1)
 
     def encode(self, values: Mapping[str, tf.Tensor], rank: int) -> tf.Tensor:
         """Encodes coded feature values (each ``[...]`` of rank ``rank``, plus ``[M]``/``[k]`` for multi-valued and
-        vector features, as the tables hold them): ``[..., width]``. What a catalogue refresh calls on a new table;
-        values no trained row carries are read as missing, as in the tables."""
-        values = {feature: tf.where(tf.gather(self._known[feature], coded), coded, tf.zeros_like(coded))
-                  if feature in self._known else coded for feature, coded in values.items()}
-        return self._encode(values, rank)
-
-    def _encode(self, values: Mapping[str, tf.Tensor], rank: int) -> tf.Tensor:
+        vector features, as the tables hold them): ``[..., width]``. What a catalogue refresh calls on a new table."""
         parts = []
         for feature in self.names:
             coded, kind = values[feature], self._kinds[feature]

@@ -105,8 +105,7 @@ class ItemTower(tf.keras.layers.Layer):
         self.l2_normalize = layout.normalized
         self.id_embedding = EmbeddingTable(vocab_size, s.id_embedding_dim,
                                            embeddings_initializer=init.embedding(), name="item_id_emb")
-        self.features = (FeatureTables(features, vocab_size, s.feature_embedding_dim, init, name="item_features",
-                                       trained_rows=np.ones(vocab_size, bool) if warm is None else warm)
+        self.features = (FeatureTables(features, vocab_size, s.feature_embedding_dim, init, name="item_features")
                          if features else None)
         self.id_rows = (ItemIdRows(np.ones(vocab_size, bool) if warm is None else warm, s.id_dropout, s.seed)
                         if features else None)

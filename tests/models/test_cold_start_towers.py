@@ -72,24 +72,6 @@ def test_a_cold_item_is_embedded_from_its_features_alone(vocab, item_features):
     assert not np.allclose(by_index[0], by_index[1])  # different features, different vectors
 
 
-def test_a_value_only_cold_items_carry_is_read_as_missing_in_the_tables_and_in_a_refresh(vocab, item_features):
-    """A genre no warm item has would add its never-trained embedding to a cold item's vector: it reads as missing."""
-    cold = np.flatnonzero(~vocab.warm)
-    cold = cold[cold >= 2]
-    genres = item_features["genres"].copy()
-    genres[cold[0]] = [9, 2]  # genre 9: only this cold item; genre 2: warm items have it too
-    genres[cold[1]] = [2, 0]
-    tables = {**item_features, "genres": genres}
-    model = model_of(vocab, tables)
-    features = model.item_tower.features
-    encodings = features(tf.constant(cold[:2])).numpy()
-    genre_part = slice(0, 3)  # the features in name order: genres' 3-wide embedding mean, then the year
-    np.testing.assert_allclose(encodings[0, genre_part], encodings[1, genre_part], rtol=1e-6)  # genre 9 is missing
-    coded = {"genres": tf.constant([[9, 2], [2, 0]]), "year": tf.constant(item_features["year"][cold[:2]])}
-    np.testing.assert_allclose(features.encode(coded, 1).numpy(), encodings, rtol=1e-6)
-    assert features.encode({**coded, "genres": tf.constant([[3, 2], [2, 0]])}, 1).numpy()[0, 0] != encodings[0, 0]
-
-
 def test_history_items_add_their_features_so_a_cold_item_moves_the_user(vocab, item_features):
     model = model_of(vocab, item_features)
     base = tf.constant([[2, 3, 0, 0]])
