@@ -135,10 +135,6 @@ MODEL = Section("model", (
         "side and in histories (item-id dropout, DropoutNet, Volkovs et al. 2017), so the feature path learns to place "
         "an item alone: what embeds catalogue items nobody has clicked yet. 0.15 was chosen on validation data among "
         '0.15, 0.3 and 0.5 (configs/catalogue.py; benchmarks/bench_cold_start.py, JOURNAL.md "Issue 35").'),
-    Key("item_tower.feature_value_dropout", 0.0, number(0, 1, high_open=True),
-        "With item features only: in training, the share of a multi-valued or text feature's values (genres, title "
-        "words) read as missing, a new draw every step, on the candidate side and in histories: the feature path then "
-        "cannot place a known item by the exact combination of its words, which a new item does not share."),
     Key("item_tower.content_match", False, flag(),
         "With item features only: a linear map W of the item's feature encodings added to its vector, and the same W "
         "of the mean of the history items' feature encodings added to the user vector, so the score gains a learned "

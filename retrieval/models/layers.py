@@ -89,17 +89,11 @@ def mlp(hidden_units: Sequence[int], output_dim: int, init: Initializers, name: 
 class FeatureTables(tf.keras.layers.Layer):
     """Encodes the features of ids given by index: categorical -> embedding, multi-valued -> masked mean of the
     value embeddings (value 0 is padding), numeric -> as is. The tables are non-trainable variables (saved with the
-    model, not copied into every traced graph).
-
-    ``value_dropout``: in training (``call`` and ``encode_all`` with ``training``), a seeded share of a multi-valued
-    feature's values (a title's words, an item's genres) is read as missing, a new draw every step: an item's bag of
-    values then varies, so the feature path cannot place a known item by the exact combination of its words, which an
-    item nobody has clicked does not share (input dropout, as the ids' in DropoutNet)."""
+    model, not copied into every traced graph)."""
 
     def __init__(self, tables: Mapping[str, np.ndarray], vocab_size: int, embedding_dim: int, init: Initializers,
-                 name: str = "features", value_dropout: float = 0.0, seed: Optional[int] = None):
+                 name: str = "features"):
         super().__init__(name=name)
-        self._value_mask = tf.keras.layers.Dropout(value_dropout, seed=seed) if value_dropout > 0 else None
         self.names = sorted(tables)
         self.vocab_size = int(vocab_size)
         self._tables, self._embeddings, self._kinds = {}, {}, {}
@@ -128,26 +122,22 @@ class FeatureTables(tf.keras.layers.Layer):
         return {feature: (tuple(self._tables[feature].shape[1:]), self._tables[feature].dtype)
                 for feature in self.names}
 
-    def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
+    def call(self, indices: tf.Tensor) -> tf.Tensor:
         """Returns the concatenated feature encodings of ``indices`` [...] -> [..., width]."""
         return self.encode({feature: tf.gather(self._tables[feature], indices) for feature in self.names},
-                           indices.shape.rank, training=training)
+                           indices.shape.rank)
 
-    def encode_all(self, training: bool = False) -> tf.Tensor:
+    def encode_all(self) -> tf.Tensor:
         """The encodings of every vocabulary row, ``[vocab_size, width]``: what :meth:`call` gives for
         ``tf.range(vocab_size)``, without the gather."""
-        return self.encode({feature: tf.convert_to_tensor(self._tables[feature]) for feature in self.names}, 1,
-                           training=training)
+        return self.encode({feature: tf.convert_to_tensor(self._tables[feature]) for feature in self.names}, 1)
 
-    def encode(self, values: Mapping[str, tf.Tensor], rank: int, training: bool = False) -> tf.Tensor:
+    def encode(self, values: Mapping[str, tf.Tensor], rank: int) -> tf.Tensor:
         """Encodes coded feature values (each ``[...]`` of rank ``rank``, plus ``[M]``/``[k]`` for multi-valued and
         vector features, as the tables hold them): ``[..., width]``. What a catalogue refresh calls on a new table."""
         parts = []
         for feature in self.names:
             coded, kind = values[feature], self._kinds[feature]
-            if training and self._value_mask is not None and kind == "multi":
-                kept = self._value_mask(tf.ones_like(coded, tf.float32), training=True) > 0
-                coded = tf.where(kept, coded, tf.zeros_like(coded))
             if kind == "numeric":
                 parts.append(coded if coded.shape.rank > rank else coded[..., tf.newaxis])
             elif kind == "categorical":

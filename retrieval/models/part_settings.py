@@ -32,8 +32,7 @@ class ItemTowerSettings:
     ``id_dropout``, the share of ids read at the unknown-id row in training, drawn from ``seed``; ``content_match``,
     a linear path from the feature encodings to the vector (shared with the user tower); ``content_profile_weight``,
     the weight of the content coordinates the layout appends (``content_profile.ContentProfile``; its SVD starts from
-    ``seed``); ``feature_value_dropout``, the share of a multi-valued feature's values read as missing in training
-    (``layers.FeatureTables``). How many blocks the vector has (the cold head's two) and how many content coordinates: the tower's
+    ``seed``). How many blocks the vector has (the cold head's two) and how many content coordinates: the tower's
     ``layout.ScoreLayout``.
     """
 
@@ -45,7 +44,6 @@ class ItemTowerSettings:
     seed: int = 0
     content_match: bool = False
     content_profile_weight: float = 0.0
-    feature_value_dropout: float = 0.0
 
     @classmethod
     def from_config(cls, model: ml_collections.ConfigDict) -> ItemTowerSettings:
@@ -55,8 +53,7 @@ class ItemTowerSettings:
         return cls(output_dim=model.embedding_dim, id_embedding_dim=item.id_embedding_dim,
                    hidden_units=tuple(item.hidden_units), feature_embedding_dim=item.feature_embedding_dim,
                    id_dropout=item.id_dropout, seed=model.seed,
-                   content_match=item.content_match, content_profile_weight=item.content_profile_weight,
-                   feature_value_dropout=item.feature_value_dropout)
+                   content_match=item.content_match, content_profile_weight=item.content_profile_weight)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -105,8 +105,7 @@ class ItemTower(tf.keras.layers.Layer):
         self.l2_normalize = layout.normalized
         self.id_embedding = EmbeddingTable(vocab_size, s.id_embedding_dim,
                                            embeddings_initializer=init.embedding(), name="item_id_emb")
-        self.features = (FeatureTables(features, vocab_size, s.feature_embedding_dim, init, name="item_features",
-                                       value_dropout=s.feature_value_dropout, seed=s.seed)
+        self.features = (FeatureTables(features, vocab_size, s.feature_embedding_dim, init, name="item_features")
                          if features else None)
         self.id_rows = (ItemIdRows(np.ones(vocab_size, bool) if warm is None else warm, s.id_dropout, s.seed)
                         if features else None)
@@ -131,8 +130,7 @@ class ItemTower(tf.keras.layers.Layer):
         if self.features is None:
             return self.encode(indices, None)
         content = self.content_profile.lookup(indices) if self.content_profile is not None else None
-        return self.encode(self.id_rows(indices, training=training), self.features(indices, training=training),
-                           content)
+        return self.encode(self.id_rows(indices, training=training), self.features(indices), content)
 
     def placed_by_features(self, indices: tf.Tensor) -> tf.Tensor:
         """The vectors items ``indices`` [...] get from their features alone, as if nobody had clicked them: read at
@@ -287,8 +285,8 @@ class UserTower(tf.keras.layers.Layer):
         50 slots; a map (the attention pooling's projection ``P``) is then applied per item, not per slot. A larger
         catalogue, and inference (a few users), encode per slot (``gather`` the identity)."""
         if training and self.item_features.vocab_size <= ENCODE_EVERY_ITEM_ROWS:
-            return self.item_features.encode_all(training=True), lambda table: tf.gather(table, history)
-        return self.item_features(history, training=training), lambda values: values
+            return self.item_features.encode_all(), lambda table: tf.gather(table, history)
+        return self.item_features(history), lambda values: values
 
     def normalize(self, x: tf.Tensor) -> tf.Tensor:
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): each head of the

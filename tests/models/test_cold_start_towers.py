@@ -72,26 +72,6 @@ def test_a_cold_item_is_embedded_from_its_features_alone(vocab, item_features):
     assert not np.allclose(by_index[0], by_index[1])  # different features, different vectors
 
 
-def test_feature_value_dropout_reads_a_share_of_the_values_as_missing_in_training_only(vocab, item_features):
-    from retrieval.models.layers import FeatureTables, Initializers
-
-    words = np.random.default_rng(3).integers(1, 40, (vocab.size, 8)).astype(np.int32)
-    tables = FeatureTables({"words": words}, vocab.size, 4, Initializers(0), value_dropout=0.25, seed=5)
-    rows = tf.constant(np.tile(np.arange(2, vocab.size), 200))
-    np.testing.assert_array_equal(tables(rows).numpy(), tables(rows, training=False).numpy())
-    embedding = tables._embeddings["words"].embeddings.numpy()
-    values = words[rows.numpy()]
-    full = embedding[values].mean(axis=1)
-    np.testing.assert_allclose(tables(rows).numpy(), full, rtol=1e-5, atol=1e-6)
-    trained = tables(rows, training=True).numpy()
-    # A row reads the mean of all its values only when none of its 8 was dropped: 0.75^8 = 0.100 of the rows.
-    kept_all = np.isclose(trained, full, rtol=1e-5, atol=1e-6).all(axis=1).mean()
-    assert abs(kept_all - 0.75 ** 8) < 5 * np.sqrt(0.1 * 0.9 / len(trained))
-    assert not np.array_equal(trained, tables(rows, training=True).numpy())  # a new draw every step
-    everything = tables.encode_all(training=True).numpy()
-    assert not np.allclose(everything[2:], embedding[words[2:]].mean(axis=1), rtol=1e-5, atol=1e-6)
-
-
 def test_history_items_add_their_features_so_a_cold_item_moves_the_user(vocab, item_features):
     model = model_of(vocab, item_features)
     base = tf.constant([[2, 3, 0, 0]])
