@@ -163,13 +163,6 @@ MODEL = Section("model", (
                   "the content profile needs the item tower, not output_table"),
             Needs(lambda weight, c: not weight or c["model.objective.output_table"] or c["model.item_tower.cold_head"],
                   "the content profile is the cold head's term: it needs model.item_tower.cold_head"))),
-    Key("item_tower.cold_bias", False, flag(),
-        "With the cold head only: a bias for the items placed by their features alone, a linear map of their feature "
-        "encodings, exported as one more coordinate (the item's b, the user's 1; an item read by id has 0 there): "
-        "the popularity a new item's features predict, learned in the softmax beside the known items, so it ranks "
-        "new items among themselves and calibrates their block against the known items' (issue 49).",
-        needs=(Needs(lambda on, c: not on or c["model.item_tower.cold_head"],
-                     "the cold bias is the cold head's: it needs model.item_tower.cold_head"),)),
     Key("item_tower.content_profile_dim", 64, DIM,
         "The most content-profile coordinates: the content vectors are projected on the catalogue's top right singular "
         "vectors (all terms, exactly, when there are at most this many)."),

@@ -8,9 +8,7 @@ A two-tower run exports items as ``[id block(s), content coordinates, bias]``:
 - with the content profile (``model.item_tower.content_profile_weight > 0`` and an item table), its fixed content
   coordinates: ``model.item_tower.content_profile_dim`` of them, fewer when the catalogue's features have fewer terms
   (``retrieval.data.content.projection`` keeps them all then: ``content.term_count``);
-- a per-item bias as one more coordinate (the user's is 1): the YoutubeDNN output table's
-  (``model.objective.output_table``), or the cold head's bias of the items placed by their features alone
-  (``model.item_tower.cold_bias``; items read by id have 0 there).
+- with the YoutubeDNN output table (``model.objective.output_table``), its per-item bias as one more coordinate.
 
 Its metric is the index's: "cosine" for L2-normalised towers (``model.l2_normalize``) whose vectors are one block, else
 "ip" (inner product).
@@ -75,10 +73,9 @@ def two_tower_layout(config: Mapping[str, Any], item_features: bool,
     if config["model.objective.output_table"]:  # [w_i, b_i]: the output table replaces the item tower
         return ScoreLayout(int(dim), bias=True, normalized=normalized)
     cold_head = item_features and bool(config["model.item_tower.cold_head"])
-    cold_bias = cold_head and bool(config["model.item_tower.cold_bias"])
     content = 0
     if item_features and float(config["model.item_tower.content_profile_weight"] or 0.0) > 0:
         content = int(config["model.item_tower.content_profile_dim"])
         if content_terms is not None:
             content = min(content, int(content_terms))
-    return ScoreLayout(int(dim), 2 if cold_head else 1, content, bias=cold_bias, normalized=normalized)
+    return ScoreLayout(int(dim), 2 if cold_head else 1, content, normalized=normalized)

@@ -61,16 +61,14 @@ class SharedItemParts:
     unknown-id row) and add their projected feature encodings; ``content_projection``: applied to the mean of the
     history items' feature encodings and added to the user vector; ``content_profile``: the history's profile is
     appended to the user vector; ``heads``: the item tower's blocks (``ScoreLayout.heads``), which the user tower
-    scores with as many heads (2 with the cold head); ``bias``: the item vectors end with a bias coordinate (the cold
-    bias), which the user vector meets with a 1. None where the item tower has no such part (all of them without item
-    features), and the default value for a user tower without an item tower (the output table's)."""
+    scores with as many heads (2 with the cold head). None where the item tower has no such part (all of them
+    without item features), and the default value for a user tower without an item tower (the output table's)."""
 
     id_rows: Optional[ItemIdRows] = None
     features: Optional[FeatureTables] = None
     content_projection: Optional[tf.keras.layers.Layer] = None
     content_profile: Optional[ContentProfile] = None
     heads: int = 1
-    bias: bool = False
 
 
 class ItemTower(tf.keras.layers.Layer):
@@ -86,13 +84,11 @@ class ItemTower(tf.keras.layers.Layer):
         content profile (the layout's content coordinates: ``content_profile.ContentProfile``, fixed coordinates
         appended to the vector, shared with the user tower) and the cold head (the layout's second block: the vector
         of an item placed by its features alone lands there, scored by the user tower's second head: ``[v, 0]`` for
-        an item read by id, ``[0, v]`` for one read at the unknown-id row) and the cold bias (the layout's ``bias``: a
-        linear map of the feature encodings, the last coordinate of an item placed by its features alone, 0 for one
-        read by id) apply only with ``features`` (without them an item is its id, one block)."""
+        an item read by id, ``[0, v]`` for one read at the unknown-id row) apply only with ``features`` (without them
+        an item is its id, one block)."""
         super().__init__(name=name)
         s = settings
-        if (layout.block_width != s.output_dim or (layout.bias and layout.heads != 2)
-                or (not features and not layout.one_block)):
+        if layout.block_width != s.output_dim or layout.bias or (not features and not layout.one_block):
             raise ValueError(f"an item tower of width {s.output_dim} {'with' if features else 'without'} item "
                              f"features cannot export {layout}")
         self.layout = layout
@@ -116,15 +112,12 @@ class ItemTower(tf.keras.layers.Layer):
                                    if features and s.content_match else None)
         self.content_profile = content_profile
         self.cold_head = layout.heads == 2
-        # Zero at first: a new item starts at the known items' level and learns how far its features move it.
-        self.cold_bias = (tf.keras.layers.Dense(1, kernel_initializer="zeros", name="cold_bias")
-                          if layout.bias else None)
 
     @property
     def shared_parts(self) -> SharedItemParts:
         """The parts the user tower reads history items with (:class:`SharedItemParts`)."""
         return SharedItemParts(self.id_rows, self.features, self.content_projection, self.content_profile,
-                               heads=self.layout.heads, bias=self.layout.bias)
+                               heads=self.layout.heads)
 
     def call(self, indices: tf.Tensor, training: bool = False) -> tf.Tensor:
         if self.features is None:
@@ -149,8 +142,7 @@ class ItemTower(tf.keras.layers.Layer):
     def encode(self, id_rows: tf.Tensor, encoded_features: Optional[tf.Tensor],
                content: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Item vectors from id-table rows [...], the feature encodings [..., width] (``FeatureTables.encode``) and
-        the scaled content coordinates [..., k] (``ContentProfile``), appended after the normalisation, then the cold
-        bias."""
+        the scaled content coordinates [..., k] (``ContentProfile``), appended after the normalisation."""
         x = self.id_embedding(id_rows)
         if encoded_features is not None:
             x = tf.concat([x, encoded_features], axis=-1)
@@ -165,9 +157,6 @@ class ItemTower(tf.keras.layers.Layer):
             x = tf.concat([x * (1.0 - by_features), x * by_features], axis=-1)
             if content is not None:  # the content term joins the cold block's score only
                 content = content * by_features
-            if self.cold_bias is not None:  # ... and so does the bias its features predict
-                bias = self.cold_bias(encoded_features) * by_features
-                content = bias if content is None else tf.concat([content, bias], axis=-1)
         return x if content is None else tf.concat([x, content], axis=-1)
 
 
@@ -220,7 +209,6 @@ class UserTower(tf.keras.layers.Layer):
         self.item_features = parts.features
         self.content_projection = parts.content_projection
         self.content_profile = parts.content_profile
-        self.bias = bool(parts.bias)
         self.history_features = (tf.keras.layers.Dense(int(history_embedding.output_dim), use_bias=False,
                                                        kernel_initializer=init.dense(), name="history_features")
                                  if parts.features is not None else None)
@@ -272,8 +260,6 @@ class UserTower(tf.keras.layers.Layer):
                 1.0 - self.user_id_gate) * x
         if self.content_profile is not None:
             x = tf.concat([x, self.content_profile.history_mean(history, mask, chunked=self.chunked_pooling)], axis=-1)
-        if self.bias:  # the 1 that meets the item's bias coordinate
-            x = tf.concat([x, tf.ones_like(x[..., :1])], axis=-1)
         return self.normalize(x)
 
     def _history_item_encodings(self, history: tf.Tensor, training: bool) -> tuple[tf.Tensor, Callable]:
@@ -290,13 +276,7 @@ class UserTower(tf.keras.layers.Layer):
 
     def normalize(self, x: tf.Tensor) -> tf.Tensor:
         """The output's normalisation, also of a mean of outputs (``TwoTowerModel.user_vectors``): each head of the
-        towers' part L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``,
-        the bias coordinate's 1 (if any) as it is."""
-        if self.bias:
-            return tf.concat([self._normalize_vector(x[..., :-1]), x[..., -1:]], axis=-1)
-        return self._normalize_vector(x)
-
-    def _normalize_vector(self, x: tf.Tensor) -> tf.Tensor:
+        towers' part L2-normalised when ``l2_normalize``, the content profile's part (if any) to norm ``sqrt(g)``."""
         own = x[..., :self.output_dim]
         if self.l2_normalize:
             own = tf.concat([tf.math.l2_normalize(head, axis=-1) for head in tf.split(own, self.heads, axis=-1)],

@@ -231,52 +231,6 @@ def test_the_cold_head_scores_items_placed_by_features_with_a_second_user_vector
     assert not placed[:, :6].any() and placed[~cold, 6:].any()
 
 
-def test_the_cold_bias_is_the_last_coordinate_of_items_placed_by_features_and_meets_a_1(vocab, item_features,
-                                                                                        tmp_path):
-    config = default_config()
-    config.embedding_dim = 6
-    config.item_tower.update({"id_embedding_dim": 6, "feature_embedding_dim": 3, "id_dropout": 0.3,
-                              "cold_head": True, "cold_bias": True})
-    config.user_tower.update({"hidden_units": (8,), "use_example_age": False})
-    model = build_model(config, vocab, Vocabulary.from_ids(["u0", "u1"]), item_features)
-    tower = model.item_tower
-    model.catalogue_vectors()  # builds the layers
-    tower.cold_bias.set_weights([np.arange(1, tower.cold_bias.kernel.shape[0] + 1, dtype=np.float32)[:, None] / 10,
-                                 np.array([0.5], np.float32)])
-    items = model.catalogue_vectors()
-    cold = ~vocab.warm[2:]
-    assert items.shape[1] == 13 and cold.any()
-    assert not items[~cold, 6:].any()  # an item read by id: [v, 0, 0]
-    encodings = tower.features(tf.range(2, vocab.size)).numpy()
-    kernel, offset = tower.cold_bias.get_weights()
-    np.testing.assert_allclose(items[cold, 12], (encodings @ kernel + offset)[cold, 0], rtol=1e-5)  # [0, v, b]
-    np.testing.assert_allclose(np.linalg.norm(items[cold, 6:12], axis=1), 1.0, rtol=1e-5)
-    users = model.user_vectors(tf.constant([2, 3]), tf.constant([[3, 5, 12], [7, 0, 0]])).numpy()
-    np.testing.assert_array_equal(users[:, 12], 1.0)
-    np.testing.assert_allclose(np.linalg.norm(users[:, 6:12], axis=1), 1.0, rtol=1e-5)
-    scores = users @ items.T
-    np.testing.assert_allclose(scores[:, cold], users[:, 6:12] @ items[cold, 6:12].T + items[cold, 12], rtol=1e-5)
-    # Pooled in parts (a history longer than the tower's), the mean keeps the 1 as it is.
-    model.inference_part_size = 2
-    parts = model.user_vectors(tf.constant([2]), tf.constant([[3, 5, 12, 7, 9]])).numpy()
-    assert parts[0, 12] == 1.0
-    np.testing.assert_allclose(np.linalg.norm(parts[:, 6:12], axis=1), 1.0, rtol=1e-5)
-    # The exported item tower gives new items their bias too.
-    got = embed_with_exported_item_tower(model, vocab, item_features, tmp_path / "item_tower")
-    np.testing.assert_allclose(got, items, rtol=1e-5, atol=1e-6)
-
-
-def test_the_cold_bias_needs_the_cold_head():
-    from configs.catalogue import get_config
-    from retrieval.jobs.config_checks import config_problems
-
-    config = get_config()
-    config.model.item_tower.cold_bias = True
-    assert not [key for key, _ in config_problems(config) if key == "model.item_tower.cold_bias"]
-    config.model.item_tower.cold_head = False
-    assert any(key == "model.item_tower.cold_bias" for key, _ in config_problems(config))
-
-
 def test_the_cold_head_needs_id_dropout():
     from configs.catalogue import get_config
     from retrieval.jobs.config_checks import config_problems

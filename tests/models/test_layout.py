@@ -34,11 +34,7 @@ def catalogue():
     ({"item_tower.cold_head": True, "item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 4},
      FEATURES, ScoreLayout(8, heads=2, content_width=4, normalized=True)),
     ({"item_tower.cold_head": True, "item_tower.content_profile_weight": 0.5, "item_tower.content_profile_dim": 64},
-     FEATURES, "capped"),
-    ({"item_tower.cold_head": True, "item_tower.cold_bias": True, "item_tower.content_profile_weight": 0.5,
-      "item_tower.content_profile_dim": 4}, FEATURES, ScoreLayout(8, heads=2, content_width=4, bias=True,
-                                                                  normalized=True)),
-    ({"item_tower.cold_head": True, "item_tower.cold_bias": True}, "", ScoreLayout(8, normalized=True)),  # more coordinates asked for than the catalogue has terms: all its terms
+     FEATURES, "capped"),  # more coordinates asked for than the catalogue has terms: all its terms
     ({"objective.name": "sampled_softmax", "objective.num_negatives": 4, "objective.output_table": True}, "",
      ScoreLayout(8, bias=True, normalized=True)),
 ])
