@@ -21,7 +21,7 @@ item, and its figures are validation figures; its draws start at seed 7 (``VALID
 42's test items were read during earlier rounds' development (``READ_TEST_SEEDS``), so a report of the shipped
 recipe reads fresh draws.
 
-``--epochs`` > 0 sets the epochs; 0 keeps the config's (4, chosen on validation: configs/catalogue.py). The data
+``--epochs`` > 0 sets the epochs; 0 keeps the config's (8, chosen on validation: configs/catalogue.py). The data
 (``../shared``) is read in place and the derived files go to a temporary directory.
 """
 
