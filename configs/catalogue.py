@@ -51,7 +51,8 @@ def get_config():
     # catalogue: 4 epochs 0.3008 / 0.1338, 1.31x, 0.0431 and 0.2875 / 0.1282, 1.40x, 0.0600; 8 epochs
     # 0.3205 / 0.1455, 1.26x, 0.0405 and 0.3122 / 0.1400, 1.35x, 0.0623; 12 epochs 0.3226 / 0.1475, 1.22x, 0.0366 and
     # 0.3249 / 0.1466, 1.28x, 0.0550; configs/two_tower.py with the same table 0.3277 / 0.1470, 0.99x, 0.0368 and
-    # 0.3368 / 0.1558, 0.97x, 0.0466 (JOURNAL.md, "Issue 49, item 1: the schedule's trade at today's code").
+    # 0.3368 / 0.1558, 0.97x, 0.0466 (JOURNAL.md,
+    # "Issue 49, item 1: the schedule's trade at today's code, and three levers for cold items that lost").
     config.train.epochs = 8
     config.train.large_catalogue_items = 0  # eight epochs at every catalogue size (two_tower's schedule is by size)
     config.train.time_budget_s = 0.0  # ... all eight, however long they take (two_tower's has a 15-minute budget)
