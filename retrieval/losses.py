@@ -266,9 +266,8 @@ def _weighted(loss: tf.Tensor, sample_weight: Optional[tf.Tensor]) -> tf.Tensor:
 def in_batch_softmax(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf.Tensor] = None,
                      candidate_ids: Optional[tf.Tensor] = None, temperature: float = 1.0,
                      sample_weight: Optional[tf.Tensor] = None, extra_negatives: Optional[tf.Tensor] = None,
-                     extra_log_q: Optional[tf.Tensor] = None, extra_ids: Optional[tf.Tensor] = None,
-                     soft_columns: Optional[tf.Tensor] = None,
-                     soft_weights: Optional[tf.Tensor] = None) -> tf.Tensor:
+                     extra_log_q: Optional[tf.Tensor] = None,
+                     extra_ids: Optional[tf.Tensor] = None) -> tf.Tensor:
     """In-batch softmax with log-Q correction (Yi et al. 2019) and optional mixed negatives (Yang et al. 2020).
 
     Row ``i``'s positive is ``candidates[i]``; the other rows' positives, and the ``E`` shared ``extra_negatives``,
@@ -301,26 +300,14 @@ def in_batch_softmax(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf
       extra_negatives: ``[E, d]`` shared negatives (mixed negative sampling), or ``None``.
       extra_log_q: ``[E]`` their log expected counts; required with ``extra_negatives`` if ``log_q`` is given.
       extra_ids: ``[E]`` their item indices; masked where equal to a row's positive (needs ``candidate_ids``).
-      soft_columns: ``[B, K]`` columns of soft targets beside each row's positive (a teacher's, Hinton et al.
-        2015), with ``soft_weights`` ``[B, K]`` (0 for none): ``loss_i`` gains ``w_i * sum_k a_ik (log sum_j
-        exp(l_ij) - l_i,col_ik)``, the cross-entropy with the target ``onehot(i) + a_i``.
 
     Returns:
       ``[B]`` float32 per-example (weighted) loss.
     """
-    if (soft_columns is None) != (soft_weights is None):
-        raise ValueError("in_batch_softmax: pass soft_columns and soft_weights together")
     logits, _ = _in_batch_logits("in_batch_softmax", query, candidates, log_q, candidate_ids, temperature,
                                  extra_negatives, extra_log_q, extra_ids)
     label_logit = tf.linalg.diag_part(logits[:, :tf.shape(query)[0]])
-    if soft_columns is None:
-        return _weighted(_cross_entropy(logits, label_logit), sample_weight)
-    soft_weights = _f32(soft_weights)
-    soft_logits = tf.gather(logits, tf.cast(soft_columns, tf.int32), batch_dims=1)
-    log_partition = tf.reduce_logsumexp(logits, axis=1)
-    soft = tf.reduce_sum(soft_weights, axis=1) * log_partition - tf.reduce_sum(
-        tf.where(soft_weights > 0, soft_weights * soft_logits, 0.0), axis=1)
-    return _weighted(log_partition - label_logit + soft, sample_weight)
+    return _weighted(_cross_entropy(logits, label_logit), sample_weight)
 
 
 def in_batch_logistic(query: tf.Tensor, candidates: tf.Tensor, log_q: Optional[tf.Tensor] = None,

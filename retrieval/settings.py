@@ -118,14 +118,6 @@ TRAIN = Section("train", (
     Key("teacher_weighting", "equal", one_of(TEACHER_WEIGHTING),
         'With train.teacher_items: "equal" weighs every teacher pair as one click; "score" weighs it by its teacher '
         "score over the user's best teacher score (her first teacher item 1, the others as sure as the teacher is)."),
-    Key("teacher_list_items", 100, integer(1, 1000),
-        "With train.teacher_list_weight: how many of each user's top teacher items (and their scores) her examples "
-        "carry as soft targets."),
-    Key("teacher_list_weight", 0.0, number(0, 100),
-        "With train.teacher_items and the in-batch softmax: each example's cross-entropy gains this weight of soft "
-        "targets, the teacher's top train.teacher_list_items items of the user that are in the batch, in proportion to "
-        "their teacher score over the batch's log-Q (listwise distillation; retrieval.models.objectives."
-        "teacher_targets). 0: none; needs model.objective.name = 'in_batch'."),
     Key("teacher_when", "always", one_of(TEACHER_WHEN),
         'With train.teacher_items: "always", or "item_item_leads": the towers are tuned without the teacher first, and '
         "again with it only when the run's tuned teacher reads a higher validation recall than their best epoch; the "

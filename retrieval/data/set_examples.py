@@ -50,8 +50,6 @@ class SetExamples:
     teacher_user: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
     teacher_label: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
     teacher_weight: Optional[np.ndarray] = None  # [teacher pairs] float32; None: each weighs as a click
-    teacher_lists: Optional[tuple[np.ndarray, np.ndarray]] = None  # [users, N] item indices and scores (0 pads)
-    teacher_list_weight: float = 0.0
 
     @classmethod
     def from_pairs(cls, user_idx: np.ndarray, item_idx: np.ndarray, max_history: int,
@@ -78,14 +76,6 @@ class SetExamples:
                                    teacher_label=item_idx[keep].astype(np.int32),
                                    teacher_weight=None if weight is None else np.asarray(weight, np.float32)[keep])
 
-    def with_teacher_lists(self, items: np.ndarray, scores: np.ndarray, weight: float) -> SetExamples:
-        """These examples with each user's teacher list (``items`` and ``scores``, ``[users, N]`` by user index;
-        score 0 pads) as soft targets of weight ``weight`` beside every example's label (module docstring)."""
-        items, scores = np.asarray(items, np.int32), np.asarray(scores, np.float32)
-        if items.shape != scores.shape or items.ndim != 2:
-            raise ValueError(f"teacher lists: items {items.shape} and scores {scores.shape} must be [users, N] alike")
-        return dataclasses.replace(self, teacher_lists=(items, scores), teacher_list_weight=float(weight))
-
     def __len__(self) -> int:
         return len(self.label) + len(self.teacher_label)
 
@@ -103,29 +93,9 @@ class SetExamples:
                 [np.ones(len(self.label), np.float32), self.teacher_weight]))
             teacher = (tf.constant(self.teacher_user), tf.constant(self.teacher_label), weight)
         epochs = tf.data.Dataset.counter() if repeat else tf.data.Dataset.range(1)
-        dataset = epochs.flat_map(lambda epoch: _drawn_blocks(
+        return epochs.flat_map(lambda epoch: _drawn_blocks(
             users, labels, tf.stack([tf.constant(seed, tf.int64), epoch]), batch_size, shuffle, self.max_history,
-            self.history_keep, teacher))
-        if self.teacher_lists is not None:
-            dataset = dataset.map(_list_adder(*self.teacher_lists, self.teacher_list_weight))
-        return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def _list_adder(items: np.ndarray, scores: np.ndarray, weight: float):
-    """A ``tf.data`` map adding each example's user's teacher list (``teacher_items``, ``teacher_scores``) and the
-    lists' weight (``teacher_list_weight``) to a batch; a user past the lists' rows has none (score 0)."""
-    import tensorflow as tf
-
-    none = items.shape[0]  # the row of zeros appended below
-    items = tf.constant(np.concatenate([items, np.zeros((1, items.shape[1]), np.int32)]))
-    scores = tf.constant(np.concatenate([scores, np.zeros((1, scores.shape[1]), np.float32)]))
-
-    def add(batch: dict) -> dict:
-        row = tf.minimum(batch["user"], none)
-        return {**batch, "teacher_items": tf.gather(items, row), "teacher_scores": tf.gather(scores, row),
-                "teacher_list_weight": tf.fill(tf.shape(batch["label"]), tf.constant(weight, tf.float32))}
-
-    return add
+            self.history_keep, teacher)).prefetch(tf.data.AUTOTUNE)
 
 
 def _drawn_blocks(users, labels, key, block_size: int, shuffle: bool, max_history: int, history_keep: float,

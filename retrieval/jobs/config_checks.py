@@ -256,13 +256,6 @@ def _model(c: Settled) -> Iterator[Problem]:
             yield "model_type", f"{model_type!r} needs config.{key} (start from configs/{model_type}.py)"
 
 
-def _teacher_lists(c: Settled) -> Iterator[Problem]:
-    """A teacher's soft targets are spread over the in-batch softmax's columns (``objectives.teacher_targets``)."""
-    if c["train.teacher_list_weight"] and c["model.objective.name"] != "in_batch":
-        yield ("train.teacher_list_weight", "soft targets over the batch need model.objective.name='in_batch', not "
-               f"{c['model.objective.name']!r}")
-
-
 def _declared_needs(c: Settled) -> Iterator[Problem]:
     """The cross-key rules declared beside their keys (``config_keys.Needs``), every section's."""
     for section in sections.SECTIONS:
@@ -372,7 +365,7 @@ def check_tables(config: Mapping, n_items: int, n_users: int) -> None:
 
 
 CROSS_CHECKS: tuple[Callable[[Mapping[str, Any]], Iterator[Problem]], ...] = (
-    _data, _columns, _shards, _index_factory, _model, _teacher_lists, _declared_needs, _machine, _memory, _gate_metrics, _gate_lift)
+    _data, _columns, _shards, _index_factory, _model, _declared_needs, _machine, _memory, _gate_metrics, _gate_lift)
 
 
 def key_problems(config: Mapping) -> list[Problem]:

@@ -17,9 +17,8 @@ by hand: none of the dependencies distils a model into another's training data.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import Mapping, Optional
+from typing import Mapping
 
 import numpy as np
 from absl import logging
@@ -29,42 +28,21 @@ from retrieval.evaluation import baselines, ranking
 from retrieval.evaluation import csr as csr_lib
 
 
-@dataclasses.dataclass(frozen=True)
-class Teaching:
-    """What a teacher gives the towers: pairs ``(users, items, sureness)`` (:func:`teach`) and, with a list size,
-    each user's list ``(list_items, list_scores)``, ``[users, N]`` by user index (score 0 pads; None without)."""
-
-    users: np.ndarray
-    items: np.ndarray
-    sureness: np.ndarray
-    list_items: Optional[np.ndarray] = None
-    list_scores: Optional[np.ndarray] = None
-
-
-def teach(name: str, users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_user: int,
-          params: Mapping[str, float], list_size: int = 0) -> Teaching:
-    """For every user of the training pairs ``(users, items)`` (vocabulary indices), the ``per_user`` best items under
-    baseline ``name`` (``settings.TEACHERS``) with ``params`` that are not among her training items and that the
-    teacher scores above zero, as pairs; ``sureness`` is each pair's score over the user's best teacher score (1 for
-    her first teacher item), for ``train.teacher_weighting = "score"``. With ``list_size`` N, also her best N such
-    items with their scores (``train.teacher_list_items``: soft targets, ``objectives.teacher_targets``)."""
+def pairs(name: str, users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, per_user: int,
+          params: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Teacher pairs ``(users, items, sureness)``: for every user of the training pairs ``(users, items)``
+    (vocabulary indices), the ``per_user`` best items under baseline ``name`` (``settings.TEACHERS``) with ``params``
+    that are not among her training items and that the teacher scores above zero; ``sureness`` is each pair's score
+    over the user's best teacher score (1 for her first teacher item), for ``train.teacher_weighting = "score"``."""
     start = time.monotonic()
     users, items = np.asarray(users, np.int64), np.asarray(items, np.int64)
     train = csr_lib.from_pairs(users, items, n_users)
     scorer = baselines.make(name, train, n_items, np.bincount(items, minlength=n_items), params=params)
     rows = np.flatnonzero(train.lengths > 0)
-    top, scores = ranking.top_k(scorer, rows, n_items, max(per_user, list_size), exclude=train)
+    top, scores = ranking.top_k(scorer, rows, n_items, per_user, exclude=train)
     keep = (top >= NUM_RESERVED) & (scores > 0)
-    pair_keep = keep[:, :per_user]
-    out_users, out_items = np.repeat(rows, per_user)[pair_keep.ravel()], top[:, :per_user][pair_keep]
-    sureness = (scores[:, :per_user] / np.maximum(scores[:, :1], np.finfo(np.float32).tiny))[pair_keep]
-    lists = {}
-    if list_size:
-        lists["list_items"] = np.zeros((n_users, list_size), np.int32)
-        lists["list_scores"] = np.zeros((n_users, list_size), np.float32)
-        lists["list_items"][rows] = np.where(keep[:, :list_size], top[:, :list_size], 0)
-        lists["list_scores"][rows] = np.where(keep[:, :list_size], scores[:, :list_size], 0)
-    logging.info("teacher: %d pairs from %s (%s), %d per user%s, in %.0f s", len(out_items), name,
-                 ", ".join(f"{key} {value:g}" for key, value in params.items()), per_user,
-                 f", lists of {list_size}" if list_size else "", time.monotonic() - start)
-    return Teaching(out_users, out_items, sureness.astype(np.float32), **lists)
+    out_users, out_items = np.repeat(rows, per_user)[keep.ravel()], top[keep]
+    sureness = (scores / np.maximum(scores[:, :1], np.finfo(np.float32).tiny))[keep].astype(np.float32)
+    logging.info("teacher: %d pairs from %s (%s), %d per user, in %.0f s", len(out_items), name,
+                 ", ".join(f"{key} {value:g}" for key, value in params.items()), per_user, time.monotonic() - start)
+    return out_users, out_items, sureness

@@ -331,14 +331,11 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
     if c.data.max_examples_per_user and c.data.max_examples_per_user != prepared_cap:  # a variant's own examples
         examples = examples.most_recent(c.data.max_examples_per_user)
     if choice.teacher and c.train.teacher_items and hasattr(examples, "with_teacher"):  # set pairs held in memory
-        taught = teacher_lib.teach(
+        teacher_users, teacher_items, sureness = teacher_lib.pairs(
             c.train.teacher, examples.user, examples.label, user_vocab.size, item_vocab.size, c.train.teacher_items,
-            runs.tuned_params(paths.root, c.train.teacher, item_vocab.ids),
-            list_size=c.train.teacher_list_items if c.train.teacher_list_weight else 0)
-        examples = examples.with_teacher(taught.users, taught.items,
-                                         taught.sureness if c.train.teacher_weighting == "score" else None)
-        if taught.list_items is not None:
-            examples = examples.with_teacher_lists(taught.list_items, taught.list_scores, c.train.teacher_list_weight)
+            runs.tuned_params(paths.root, c.train.teacher, item_vocab.ids))
+        examples = examples.with_teacher(teacher_users, teacher_items,
+                                         sureness if c.train.teacher_weighting == "score" else None)
     logging.info("%s: %d %s examples (%s)", phase, len(examples), "set" if run.data.is_set else "next-item",
                  "streamed from shards" if run.data.streamed else "in memory")
     train_config = c.train

@@ -13,7 +13,6 @@ a softmax loss and the binary (logistic) ones:
   section 4), updated once per training step. Optional mixed negatives (Yang et al. 2020): extra sampled items;
   then every column is corrected by ``log(Q_batch + Q_sampler)`` (``sampling.mixture_log_q``), both expected counts.
   Losses ``in_batch`` (softmax), ``nce``, ``negative_sampling``, ``sampled_logistic`` (the batch as the noise).
-  The softmax also takes a teacher's lists as soft targets over the batch's columns (``teacher_targets``).
 * ``FullCatalogue``: every item of the catalogue is a negative (exact; small catalogues). ``full_softmax``,
   ``full_logistic``.
 
@@ -27,7 +26,7 @@ samplers (``tf.random.*_candidate_sampler``) have no XLA kernel, so objectives t
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -177,12 +176,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
             return self.estimator.log_probability(ids)
         return None
 
-    def call(self, query: tf.Tensor, labels: tf.Tensor, training: bool = False,
-             teacher: Optional[Mapping[str, tf.Tensor]] = None) -> tf.Tensor:
-        """Per-example losses; ``teacher`` (``items``, ``scores``, ``weight``: see :func:`teacher_targets`) adds
-        the teacher's soft targets over this replica's batch columns (the softmax only)."""
-        if teacher is not None and self.logit_bias is not None:
-            raise ValueError(f"{self.loss}: a teacher's soft targets need the in-batch softmax")
+    def call(self, query: tf.Tensor, labels: tf.Tensor, training: bool = False) -> tf.Tensor:
         if training and self.estimator is not None:
             self.estimator.update(labels)
         candidates = self.item_tower(labels)
@@ -208,10 +202,6 @@ class InBatchNegatives(tf.keras.layers.Layer):
         columns = {"vectors": candidates, "ids": labels}
         if log_q is not None:
             columns["log_q"] = log_q
-        soft = {}
-        if teacher is not None:
-            soft["soft_columns"], soft["soft_weights"] = teacher_targets(
-                labels, teacher["items"], teacher["scores"], teacher["weight"], log_q, self.item_tower.vocab_size)
         others = distributed.gather_other_replicas(columns)
         if others is not None:
             extras.insert(0, others)
@@ -219,7 +209,7 @@ class InBatchNegatives(tf.keras.layers.Layer):
         if self.logit_bias is None:
             return losses.in_batch_softmax(query, candidates, log_q, candidate_ids=labels,
                                            temperature=self.temperature, extra_negatives=extra.get("vectors"),
-                                           extra_log_q=extra.get("log_q"), extra_ids=extra.get("ids"), **soft)
+                                           extra_log_q=extra.get("log_q"), extra_ids=extra.get("ids"))
         corrected, remove_hits = BINARY[self.loss]
         noise_per_row = tf.shape(candidates)[0] - 1 + (tf.shape(extra["ids"])[0] if extra else 0)
         shift = self.logit_bias(self._num_items if corrected else tf.maximum(noise_per_row, 1))
@@ -227,32 +217,6 @@ class InBatchNegatives(tf.keras.layers.Layer):
                                         temperature=self.temperature, extra_negatives=extra.get("vectors"),
                                         extra_log_q=extra.get("log_q"),
                                         extra_ids=extra.get("ids") if remove_hits else None, bias=shift)
-
-
-def teacher_targets(labels: tf.Tensor, items: tf.Tensor, scores: tf.Tensor, weight: tf.Tensor,
-                    log_q: Optional[tf.Tensor], vocab_size: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """A teacher's soft targets over the batch's columns (listwise distillation, Hinton et al. 2015): ``(columns,
-    shares)``, both ``[B, N]``, for ``losses.in_batch_softmax``'s ``soft_columns`` and ``soft_weights``.
-
-    Row ``i``'s teacher list is ``items[i]`` with scores ``scores[i]`` (> 0; 0 pads), e.g. RP3beta's walk
-    probabilities over the user's top ``N`` unseen items. The listed items that are some row's positive in this batch
-    are the row's soft targets, each sharing ``weight[i]`` in proportion to ``score / Q``: the batch holds an item
-    with probability ``Q`` (the columns' ``log_q``), so this self-normalised importance weight makes the target, in
-    expectation over batches, the teacher's distribution over its list, as the corrected logits make the model's
-    (Yi et al. 2019). An item twice in the batch is one column (the last; the row's own where it is the row's
-    positive). A row none of whose items is in the batch has no soft target."""
-    labels, items = tf.cast(labels, tf.int32), tf.cast(items, tf.int32)
-    rows = tf.range(tf.shape(labels)[0], dtype=tf.int32)
-    column_of_item = tf.math.unsorted_segment_max(rows, labels, vocab_size)  # int32 min where not in the batch
-    columns = tf.where(tf.equal(items, labels[:, None]), rows[:, None], tf.gather(column_of_item, items))
-    scores = tf.cast(scores, tf.float32)
-    hit = (columns >= 0) & (scores > 0)
-    columns = tf.where(hit, columns, 0)
-    log_share = tf.math.log(tf.where(hit, scores, 1.0))
-    if log_q is not None:
-        log_share -= tf.gather(tf.cast(log_q, tf.float32), columns)
-    shares = tf.nn.softmax(tf.where(hit, log_share, losses.LARGE_NEGATIVE), axis=1) * tf.cast(hit, tf.float32)
-    return columns, shares * tf.cast(weight, tf.float32)[:, None]
 
 
 class FullCatalogue(tf.keras.layers.Layer):

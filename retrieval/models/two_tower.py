@@ -98,9 +98,7 @@ class TwoTowerModel(tfrs.Model):
         With ``every_position`` the examples are the batch's valid history positions (each scored against the item
         that followed it; the objective's negatives are shared by all of them), so the loss is the mean over the
         global batch's positions: SASRec's per-position average (Kang and McAuley 2018, eq. 5, with a softmax). A
-        batch's ``weight`` (set examples with weighted teacher pairs) multiplies each example's loss; its
-        ``teacher_items``, ``teacher_scores`` and ``teacher_list_weight`` (a teacher's lists) are soft targets of the
-        in-batch softmax (``objectives.teacher_targets``)."""
+        batch's ``weight`` (set examples with weighted teacher pairs) multiplies each example's loss."""
         labels = tf.cast(inputs["label"], tf.int32)
         if self.every_position:
             queries, labels = self._every_position_queries(inputs, labels, training)
@@ -110,11 +108,7 @@ class TwoTowerModel(tfrs.Model):
                 queries = self(inputs, training=training)
             finally:
                 self.user_tower.chunked_pooling = False
-        teacher = {}
-        if "teacher_items" in inputs and not self.every_position:  # a teacher's lists (retrieval.data.set_examples)
-            teacher["teacher"] = {"items": inputs["teacher_items"], "scores": inputs["teacher_scores"],
-                                  "weight": inputs["teacher_list_weight"]}
-        per_example = self.objective(queries, labels, training=training, **teacher)
+        per_example = self.objective(queries, labels, training=training)
         if "weight" in inputs and not self.every_position:  # weighted teacher pairs (retrieval.data.set_examples)
             per_example = per_example * tf.cast(inputs["weight"], per_example.dtype)
         self.loss_tracker.update_state(per_example)
