@@ -34,7 +34,6 @@ def get_config():
     # content baseline's 0.1605 and 0.1610; on the test seed (42) warm recall@20 0.2601 -> 0.2738 and among cold
     # 0.1728 -> 0.1688 against 0.1527 (JOURNAL.md, "Issue 35: a content-match term").
     config.model.item_tower.content_match = True
-    config.model.user_tower.pooling = "mean"  # the content match pools the history's features: an order-free pooling
     # The cold head (a second user vector for the items placed by their features alone, in the same softmax): on
     # validation among cold / warm validation recall@20 0.2027 -> 0.2153 / 0.2858 -> 0.2811 (seed 7) and
     # 0.1921 -> 0.2048 / 0.2821 -> 0.2764 (seed 8); among cold NDCG@20 +0.017 and +0.016

@@ -34,11 +34,6 @@ def get_config():
     config.model.user_tower.share_item_embeddings = False
     config.model.user_tower.history_embedding_dim = 128
     config.data.history_keep = 0.5
-    # On sequences, the history's mean weighted by each item's age at a bank of fixed rates (pooling "decay"; on sets
-    # it is the mean): validation draws of the bundled log and MovieLens-100K (each user's last item removed) read
-    # holdout recall@20 0.2880 / 0.3518 against the mean's 0.2747 / 0.3082, at the mean's step time (JOURNAL.md,
-    # "Issue 47: a pooling that reads the history's recency").
-    config.model.user_tower.pooling = "decay"
     config.train.learning_rate = 0.002
     # Early stopping on validation recall@20 (the validation file, else the automatic holdout), patience 8; epochs
     # is the cap: validation recall peaked at epoch 24 (lastfm) and 34 (ml-1m) (JOURNAL.md, "Issue 26, item 2").
@@ -56,11 +51,6 @@ def get_config():
     # default baseline 814 s, recall@20 / NDCG@20 0.1925 / 0.1024 against 0.1930 / 0.1026 unbudgeted (JOURNAL.md,
     # "Issue 47: the time budget on").
     config.train.time_budget_s = 900.0
-    # Each epoch's validation on a seeded 10,000 of the holdout's users (the same users for every variant), as the
-    # large-catalogue schedule does: at Sports' size (35,598 users) it saves 5 s an epoch of the self-attentive
-    # variant's 22-27 s; on Beauty's validation draw HR@20 the same on one seed and -0.0023 on another (JOURNAL.md,
-    # "Issue 48: validation on 10,000 users, and a warm refit for the self-attentive variant, at Sports' size").
-    config.train.eval_max_users = 10_000
     # From 20,000 catalogue items on, the large-catalogue schedule (train.large_catalogue: cap 12, patience 3, cosine
     # to 0.1x, 10,000 validation users, a warm refit): on set-splits/yelp2018 (38,048 items) the schedule
     # above takes over 15 minutes on 2 cores; the shorter one read recall@20 0.1105-0.1113 there in 9 minutes, but as

@@ -74,5 +74,3 @@ def test_a_pooling_that_reads_the_order_falls_back_to_the_mean_on_set_data(last_
     assert poolings.for_data(last_item_pooling, set_data=True) == "mean"
     assert "reads the order of a sequence" in caplog.text
     assert poolings.for_data("attention", set_data=True) == "attention"
-    assert poolings.for_data("decay", set_data=True) == "mean"
-    assert "model.user_tower.pooling=decay reads the order" not in caplog.text

@@ -21,20 +21,15 @@ from absl import logging
 class Pooling:
     """One pooling: ``meaning``, its sentence in the reference page; ``reads_order``, it reads the history in order
     (a sequence encoder): set data (``data.order=none``) is mean-pooled instead, and the item tower's terms that pool
-    the history's features (content match, content profile) need a pooling that does not; ``set_form``, the
-    pooling it is on set data by design (logged, not warned: the recipe's pooling on sequences and sets alike)."""
+    the history's features (content match, content profile) need a pooling that does not."""
 
     meaning: str
     reads_order: bool = False
-    set_form: str = ""
 
 
 POOLINGS: dict[str, Pooling] = {
     "mean": Pooling("the mean of the watched items, YoutubeDNN's"),
     "attention": Pooling("a learned query scores each watched item; softmax over the valid positions"),
-    "decay": Pooling("sequences: a weighted mean whose weights fall with each item's age in the history at a "
-                     "learned rate per dimension (Mega's damped moving average); on sets the mean (no item is "
-                     "older than another)", reads_order=True, set_form="mean"),
     "self_attention": Pooling("sequences: a causal Transformer over the history in order, SASRec; its state at the "
                               "most recent item is the pooled history; user_tower.sequence below", reads_order=True),
 }
@@ -42,11 +37,7 @@ POOLINGS: dict[str, Pooling] = {
 
 def for_data(name: str, set_data: bool) -> str:
     """The pooling a tower of ``model.user_tower.pooling = name`` uses: on set data (``data.order=none``) a pooling
-    that reads the order falls back to "mean" (logged), or to its ``set_form``."""
-    if POOLINGS[name].set_form and set_data:
-        logging.info("model.user_tower.pooling=%s on sets (data.order=none) is %s pooling", name,
-                     POOLINGS[name].set_form)
-        return POOLINGS[name].set_form
+    that reads the order falls back to "mean" (logged)."""
     if POOLINGS[name].reads_order and set_data:
         logging.warning("model.user_tower.pooling=%s reads the order of a sequence, but the data are sets "
                         "(data.order=none): the history is mean-pooled instead", name)
