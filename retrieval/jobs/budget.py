@@ -42,13 +42,17 @@ class TimeBudget:
     reserve_s: float
     clock: Callable[[], float] = time.monotonic
 
+    def left_s(self) -> float:
+        """Seconds left for training: to the deadline, less the reserve."""
+        return self.deadline - self.clock() - self.reserve_s
+
     def epochs(self, epoch_s: float, training_epoch_s: float, cap: int, *, done: int = 1, refit_fixed_s: float = 0.0,
                refit_scale: float = 0.0) -> int:
         """The epoch count (``done`` to ``cap``) that ends training in time, ``done`` epochs being done now: each
         further epoch costs ``epoch_s`` (its validation included), and the phase after it ``refit_fixed_s`` plus
         ``refit_scale`` x ``training_epoch_s`` per epoch of this one (a refit from scratch for the best epoch count:
         ``refit_scale`` = its examples over this phase's)."""
-        left = self.deadline - self.clock() - self.reserve_s - refit_fixed_s
+        left = self.left_s() - refit_fixed_s
         per_epoch = epoch_s + refit_scale * training_epoch_s
         # (E - done) more epochs of this phase and E epochs' worth of the refit must fit in what is left.
         more = math.floor((left - done * refit_scale * training_epoch_s) / per_epoch) if per_epoch > 0 else cap

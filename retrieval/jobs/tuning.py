@@ -223,6 +223,11 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]
             logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name, run.data), reason)
             trials.append({"variant": name, "tried": False, "reason": reason})
             continue
+        short = _budget_short(run, tuned, best)
+        if short:
+            logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name, run.data), short)
+            trials.append({"variant": name, "tried": False, "reason": short})
+            continue
         logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name, run.data))
         trial, trial_model = _tune_variant(run, Choice(bool(tuned["teacher"]), run.tuning_checkpoints / name, name))
         kept = (trial["best_metric"] is not None
@@ -234,6 +239,32 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]
         if kept:
             best, model = {**best, **trial, "checkpoints": name, "variant": name}, trial_model
     return {**best, "variant_trials": trials, "without_variant": tuned["best_metric"]}, model
+
+
+def _epoch_seconds(record: dict) -> float:
+    """A tuning's seconds per epoch (its validation and first compilation included: on the safe side), from its
+    record (0 for a record without its seconds)."""
+    return float(record.get("seconds") or 0.0) / max(len(record.get("history", {}).get("loss") or ()), 1)
+
+
+def _budget_short(run: TrainingRun, first: dict, kept: dict) -> Optional[str]:
+    """Why the time budget cannot hold one more variant (None: it can, or there is no budget). A variant needs at
+    least two epochs (the plan's first decision comes after its second), here at the pace of the towers tuned first,
+    and the refit of the towers kept so far must still fit after it: their best epoch count (or
+    ``train.refit_epochs``) at their own pace, scaled to all training data. Without this, a variant tried late would
+    overrun the budget by its two epochs and the kept towers' refit."""
+    if run.budget is None:
+        return None
+    t = run.config.train
+    refit_s = 0.0
+    if t.refit:
+        epochs = t.refit_epochs or kept.get("best_epoch") or 0
+        refit_s = epochs * _epoch_seconds(kept) / max(1.0 - t.validation_fraction, 1e-6)
+    need, left = 2 * _epoch_seconds(first) + refit_s, run.budget.left_s()
+    if left >= need:
+        return None
+    return (f"the time budget has {max(left, 0.0):.0f} s left, under the {need:.0f} s of two epochs and the refit of "
+            f"the towers kept")
 
 
 PROBE_SHARE = 0.9  # of the tuned teacher's validation recall, below which train.teacher_probe_epochs gives up

@@ -272,6 +272,47 @@ def test_a_variant_is_not_tried_where_the_first_tuning_was_over_its_budget(log_p
     assert f"variant softer not tried ({trial['reason']})" in job.paths.report.read_text()
 
 
+def test_a_variant_is_not_tried_where_the_time_budget_cannot_hold_it(log_path, tmp_path):
+    """With the budget spent, a variant would overrun it by two epochs and the kept towers' refit: not tried, said
+    so; the configured towers are refit as planned."""
+    sets = {**TUNING, "train.epochs": 2, "train.variants": ("softer",), "train.time_budget_s": 1e-3,
+            "eval.baselines": ["most_popular"]}
+    job = TrainingJob(make_config(log_path, **sets), str(tmp_path), "spent")
+    job.run()
+    record = job.stages.summary("train")["tuning"]
+    trial, = record["variant_trials"]
+    assert not trial["tried"] and record["variant"] is None
+    assert trial["reason"].startswith("the time budget has 0 s left, under the ") and "refit" in trial["reason"]
+    assert not (job.paths.checkpoints / "tuning" / "softer").exists()
+
+
+def test_the_variants_budget_floor_is_two_epochs_at_the_first_pace_and_the_kept_refit(monkeypatch):
+    """``_budget_short``: two epochs of the first tuning (seconds over its epochs) plus the kept towers' refit (their
+    best epoch count at their pace, scaled to all training data; train.refit_epochs when set)."""
+    import ml_collections
+
+    from retrieval.jobs import budget as budget_lib
+
+    config = ml_collections.ConfigDict({"train": {"refit": True, "refit_epochs": 0, "validation_fraction": 0.2}})
+    first = {"seconds": 40.0, "history": {"loss": [1.0] * 4}}  # 10 s an epoch
+    kept = {"seconds": 90.0, "history": {"loss": [1.0] * 6}, "best_epoch": 4}  # 15 s an epoch: refit 4 x 15 / 0.8
+    need = 2 * 10.0 + 4 * 15.0 / 0.8
+
+    def run(left: float):
+        budget = budget_lib.TimeBudget(deadline=100.0 + left, reserve_s=100.0, clock=lambda: 0.0)
+        return tuning.TrainingRun(config, None, None, budget=budget)
+
+    assert tuning._budget_short(run(need), first, kept) is None
+    assert tuning._budget_short(run(need - 1.0), first, kept) == (
+        f"the time budget has {need - 1.0:.0f} s left, under the {need:.0f} s of two epochs and the refit of the "
+        "towers kept")
+    config.train.refit_epochs = 1
+    assert tuning._budget_short(run(20.0 + 15.0 / 0.8), first, kept) is None
+    config.train.refit = False
+    assert tuning._budget_short(run(20.0), first, kept) is None and tuning._budget_short(run(19.0), first, kept)
+    assert tuning._budget_short(tuning.TrainingRun(config, None, None), first, kept) is None  # no budget
+
+
 def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and_is_not_tried_on_sets(log_path,
                                                                                                       tmp_path):
     """The "self_attention" variant (retrieval/jobs/variants.py) on a sequence log: tuned in its own directory on the
