@@ -213,20 +213,11 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]
     examples = int(run.data.holdout.get("examples") or 0)
     for name in t.variants:
         unsuited = variants_lib.VARIANTS[name].unsuited(run.config, run.data)
-        if unsuited:
-            logging.info("variant %s not tried: %s", name, unsuited)
-            trials.append({"variant": name, "tried": False, "reason": unsuited})
-            continue
-        if examples > t.variant_max_examples:
-            reason = (f"the tuning part has {examples:,} examples, more than train.variant_max_examples = "
-                      f"{t.variant_max_examples:,}")
-            logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name, run.data), reason)
+        reason = unsuited or _too_many_examples(examples, t.variant_max_examples) or _budget_short(run, tuned, best)
+        if reason:
+            logging.info("variant %s not tried: %s",
+                         name if unsuited else variants_lib.describe(run.config, name, run.data), reason)
             trials.append({"variant": name, "tried": False, "reason": reason})
-            continue
-        short = _budget_short(run, tuned, best)
-        if short:
-            logging.info("variant %s not tried: %s", variants_lib.describe(run.config, name, run.data), short)
-            trials.append({"variant": name, "tried": False, "reason": short})
             continue
         logging.info("tuning variant %s on the holdout", variants_lib.describe(run.config, name, run.data))
         trial, trial_model = _tune_variant(run, Choice(bool(tuned["teacher"]), run.tuning_checkpoints / name, name))
@@ -239,6 +230,18 @@ def _try_variants(run: TrainingRun, tuned: dict, model: Any) -> tuple[dict, Any]
         if kept:
             best, model = {**best, **trial, "checkpoints": name, "variant": name}, trial_model
     return {**best, "variant_trials": trials, "without_variant": tuned["best_metric"]}, model
+
+
+def _too_many_examples(examples: int, most: int) -> Optional[str]:
+    """Why a variant is not tried on a tuning part of ``examples`` (None: it is small enough)."""
+    if examples <= most:
+        return None
+    return f"the tuning part has {examples:,} examples, more than train.variant_max_examples = {most:,}"
+
+
+def _refit_scale(train: Any) -> float:
+    """A refit epoch's examples over a tuning epoch's: all training data over the tuning part."""
+    return 1.0 / max(1.0 - train.validation_fraction, 1e-6)
 
 
 def _epoch_seconds(record: dict) -> float:
@@ -259,7 +262,7 @@ def _budget_short(run: TrainingRun, first: dict, kept: dict) -> Optional[str]:
     refit_s = 0.0
     if t.refit:
         epochs = t.refit_epochs or kept.get("best_epoch") or 0
-        refit_s = epochs * _epoch_seconds(kept) / max(1.0 - t.validation_fraction, 1e-6)
+        refit_s = epochs * _epoch_seconds(kept) * _refit_scale(t)
     need, left = 2 * _epoch_seconds(first) + refit_s, run.budget.left_s()
     if left >= need:
         return None
@@ -394,7 +397,7 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
     if run.budget is not None and phase != "refit":  # the refit's length follows the tuning's
         plan_epochs = budget_lib.plan(run.budget, phase, train_config.epochs, refit=c.train.refit,
                                       refit_epochs=c.train.refit_epochs,
-                                      refit_scale=1.0 / max(1.0 - c.train.validation_fraction, 1e-6))
+                                      refit_scale=_refit_scale(c.train))
     result = training.fit(model, examples, train_config, checkpoint_dir=checkpoints,
                           tensorboard_dir=paths.tensorboard / "tuning" if tuning else paths.tensorboard,
                           evaluate_fn=evaluate_fn, plan_epochs=plan_epochs, phase=_phase_name(phase, choice),
