@@ -164,6 +164,20 @@ def test_a_time_budget_tunes_the_baselines_first_and_sets_the_epochs_from_the_fi
     assert record.exists()
 
 
+def test_a_budget_spent_cuts_the_warm_refit_to_one_epoch(log_path, tmp_path):
+    """A warm refit of train.refit_epochs plans its own epochs too: with the budget already spent (a slower box
+    than the plan's), it trains the one epoch it has done instead of its configured two, and records the plan so that
+    a resumed refit keeps it."""
+    budgeted = {**TUNING, "train.time_budget_s": 1e-3, "train.refit_epochs": 2, "eval.baselines": ["most_popular"]}
+    job = TrainingJob(make_config(log_path, **budgeted), str(tmp_path), "budgeted")
+    job.run()
+    summary = job.stages.summary("train")
+    assert summary["refit"] and len(summary["history"]["loss"]) == 1
+    examples = job.stages.summary("prepare")["examples"]["count"]
+    assert summary["steps"] == math.ceil(examples / 256)  # the warm refit's one epoch (its own optimizer steps)
+    assert (job.paths.checkpoints / training.PLAN_RECORD).exists()
+
+
 def test_early_stopping_in_tuning_ranks_the_items_warm_in_the_tuning_part(log_path, tmp_path, monkeypatch):
     """An item clicked only in the automatic holdout is cold to the tuning model (its counts are the tuning
     part's), so early stopping leaves it out as the headline leaves out items without training clicks."""
