@@ -8,11 +8,12 @@ from their cost models, and the full-corpus ranking of every test user by the mo
 then measures its first epoch (``training.PlanEpochs``; its first step's compilation counted once, not in every
 epoch) and its second (no first-call costs), and takes as many epochs as the time left holds
 (:meth:`TimeBudget.epochs`): the tuning phase keeps room for the refit after it (a warm refit's fixed epochs, or a
-refit from scratch as long as the tuning), and early stopping still ends it sooner. The refit plans its own epochs
-the same way, at most the length it was given: where the tuning's minimum already spent what it kept for the refit
-(a slower box), the refit is cut to what is left, at least one epoch. The cosine spans the planned epochs, so a
-shorter run still anneals. The budget is a target, not a guarantee: the estimates are on the safe
-side of a 2-core machine, and the run never stops mid-stage for it. A second tuning with the teacher
+refit from scratch as long as the tuning), and early stopping still ends it sooner. Where the tuning's minimum
+already spent what it kept for the refit (a slower or busier box), a warm refit plans its own epochs the same way,
+at most the length it was given and at least one, and a refit from scratch, which cut short would end worse than the
+tuned model, is skipped (``tuning._refit_short``). The cosine spans the planned epochs, so a shorter run still
+anneals. The budget is a target, not a guarantee: the estimates are on the safe side of a 2-core machine, and the
+run never stops mid-stage for it. A second tuning with the teacher
 (``train.teacher_when``) plans its own epochs from what is left when it starts; the first keeps no room for it (where
 the teacher follows, the probe of ``train.teacher_probe_epochs`` ends the first after a few epochs).
 """

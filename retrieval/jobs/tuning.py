@@ -8,7 +8,8 @@
    (``checkpoints/tuning/record.json``: a rerun reads it instead of tuning again).
 2. :func:`refit`: the final model. Without a holdout, the run as configured; with one and ``train.refit``, all the
    training data for the best epoch count, or with ``train.refit_epochs`` the tuned weights continued for that
-   many epochs from the learning rate their schedule had reached; without ``train.refit``, the tuned model itself.
+   many epochs from the learning rate their schedule had reached; without ``train.refit``, or where a time budget
+   cannot hold a refit from scratch (``refit_skipped`` in the record), the tuned model itself.
 
 The job hands over what training needs (:class:`TrainingRun`); nothing here reads the job. :func:`fit` (one phase's
 model and training), :func:`tuned_model` and :func:`validation_fn` (the early-stopping metric) are public for
@@ -82,7 +83,7 @@ def train(run: TrainingRun) -> tuple[Any, dict]:
     """Both phases: the final model and the train stage's summary (steps, best epoch and metric, and when tuned the
     tuning record and whether the model was refit)."""
     tuned, tuned_now = tune(run)
-    if tuned is not None and not _kept_train(run, tuned).refit:  # the tuned model is the final one
+    if tuned is not None and not _refits(run, tuned):  # the tuned model is the final one
         model = tuned_now if tuned_now is not None else fit(run, "tuning")[0]
         return model, {"steps": tuned["steps"], "best_metric": tuned["best_metric"],
                        "best_epoch": tuned["best_epoch"], "stopped_early": tuned["stopped_early"], "tuning": tuned,
@@ -163,6 +164,11 @@ def tune(run: TrainingRun) -> tuple[Optional[dict], Any]:
         logging.info("teacher: not needed (the towers' holdout %s %.4f is at or above the tuned %s's %.4f)",
                      t.eval_metric_name, tuned["best_metric"], t.teacher, leader)
     tuned, model = _try_variants(run, tuned, model)
+    short = _refit_short(run, tuned)
+    if short:
+        logging.warning("refit skipped: %s; the tuned towers are the final model (best epoch %s, %s %.4f on the "
+                        "holdout)", short, tuned["best_epoch"], t.eval_metric_name, tuned["best_metric"] or float("nan"))
+        tuned["refit_skipped"] = short
     artifacts.write_json(record, tuned)
     return tuned, model
 
@@ -250,6 +256,39 @@ def _epoch_seconds(record: dict) -> float:
     return float(record.get("seconds") or 0.0) / max(len(record.get("history", {}).get("loss") or ()), 1)
 
 
+def _refit_short(run: TrainingRun, tuned: dict) -> Optional[str]:
+    """Why the time budget cannot hold the refit from scratch of the towers ``tuned`` kept (None: it can, there is
+    no budget, or the refit is warm or off). Such a refit is all or nothing: cut to what is left, its cosine anneals
+    over fewer epochs than the holdout chose, and the model ends worse than the tuned one (the bundled data's cut to
+    one epoch read like most-popular, and the quality gate refused it). Its cost is the tuning's measured plan:
+    one compilation and the best epoch count of training epochs (validation left out), scaled to all training data.
+    A warm refit (``train.refit_epochs``) plans its own epochs instead, at least one."""
+    from retrieval import training
+
+    t = _kept_train(run, tuned)
+    warm = t.refit_epochs and tuned.get("best_learning_rate") is not None
+    if run.budget is None or not t.refit or warm or not tuned.get("best_epoch"):
+        return None
+    measured_path = run.tuning_checkpoints / tuned.get("checkpoints", "") / training.PLAN_RECORD
+    if not measured_path.exists():
+        return None
+    measured = artifacts.read_json(measured_path)
+    epoch = training.EpochTime(measured["epoch_seconds"], measured["validation_seconds"],
+                               measured["compile_seconds"], done=measured["measured_epoch"])
+    need = epoch.compile_seconds + tuned["best_epoch"] * _refit_scale(t) * epoch.steady_training_seconds
+    left = run.budget.left_s()
+    if left >= need:
+        return None
+    return (f"the time budget has {max(left, 0.0):.0f} s left, under the {need:.0f} s of a refit from scratch for "
+            f"{tuned['best_epoch']} epochs")
+
+
+def _refits(run: TrainingRun, tuned: dict) -> bool:
+    """Whether the towers ``tuned`` kept are refit on all training data: their ``train.refit``, unless the tuning
+    found no time left for it (``refit_skipped``)."""
+    return bool(_kept_train(run, tuned).refit) and not tuned.get("refit_skipped")
+
+
 def _budget_short(run: TrainingRun, first: dict, kept: dict) -> Optional[str]:
     """Why the time budget cannot hold one more variant (None: it can, or there is no budget). A variant needs at
     least two epochs (the plan's first decision comes after its second), here at the pace of the towers tuned first,
@@ -328,7 +367,7 @@ def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
     t = _kept_train(run, tuned)
     if tuned is None:
         return fit(run, "final")
-    if not t.refit:
+    if not _refits(run, tuned):
         return fit(run, "tuning")
     if t.refit_epochs and tuned.get("best_learning_rate") is not None:
         return fit(run, "refit", epochs=t.refit_epochs, warm_learning_rate=tuned["best_learning_rate"])
@@ -394,10 +433,11 @@ def fit(run: TrainingRun, phase: str, epochs: Optional[int] = None, warm_learnin
         warm_start_lib.load_into(model, {"item": item_vocab, "user": user_vocab}, run.warm_start)
     evaluate_fn = None if phase == "refit" else validation_fn(run, model, item_vocab, user_vocab, tuning)
     plan_epochs = None
-    # The refit plans too: its length is the tuning's (or train.refit_epochs), cut to what the budget has left. On a
-    # slower 2-core box, Gowalla's warm refit of 4 epochs once ran 386 s where 128 s were left, and the run ended
-    # 272 s over its 900 (benchmarks/JOURNAL.md, "Issue 47: the budget on a slower box").
-    if run.budget is not None:
+    # A warm refit plans too: its length is train.refit_epochs, cut to what the budget has left. On a slower 2-core
+    # box, Gowalla's warm refit of 4 epochs once ran 386 s where 128 s were left, and the run ended 272 s over its 900
+    # (benchmarks/JOURNAL.md, "Issue 47: the budget on a slower box"). A refit from scratch runs its tuned length or,
+    # where the budget cannot hold it, not at all (_refit_short).
+    if run.budget is not None and (phase != "refit" or warm_learning_rate is not None):
         plan_epochs = budget_lib.plan(run.budget, phase, train_config.epochs, refit=c.train.refit,
                                       refit_epochs=c.train.refit_epochs,
                                       refit_scale=_refit_scale(c.train))

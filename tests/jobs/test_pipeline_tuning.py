@@ -140,7 +140,8 @@ def test_the_tuning_record_keeps_the_schedules_learning_rate_at_the_best_epoch(l
 
 def test_a_time_budget_tunes_the_baselines_first_and_sets_the_epochs_from_the_first_one(log_path, tmp_path):
     """train.time_budget_s: the baselines are tuned before training (their record is there when training starts),
-    and the tuning phase's length is the plan made after its first epoch, which the refit then follows."""
+    and the tuning phase's length is the plan made after its first epoch; with no time left for a refit from
+    scratch, the tuned towers are the final model (a refit cut to what is left would end worse than them)."""
     from retrieval.evaluation import runs
 
     planned = []
@@ -162,6 +163,21 @@ def test_a_time_budget_tunes_the_baselines_first_and_sets_the_epochs_from_the_fi
     assert tuned["best_epoch"] == 1 and len(tuned["history"]["loss"]) == 1
     record = job.paths.checkpoints / "tuning" / training.PLAN_RECORD
     assert record.exists()
+    summary = job.stages.summary("train")
+    assert not summary["refit"] and tuned["refit_skipped"].startswith("the time budget has 0 s left, under the")
+    assert not any(job.paths.checkpoints.glob("ckpt*"))  # no refit began
+
+
+def test_a_budget_that_holds_the_refit_from_scratch_runs_its_tuned_length_unplanned(log_path, tmp_path):
+    """A refit from scratch that fits the time left trains the tuning's best epoch count, with no plan of its own
+    (only a warm refit is cut to what is left)."""
+    budgeted = {**TUNING, "train.time_budget_s": 3600.0, "train.refit_epochs": 0, "eval.baselines": ["most_popular"]}
+    job = TrainingJob(make_config(log_path, **budgeted), str(tmp_path), "budgeted")
+    job.run()
+    summary = job.stages.summary("train")
+    assert summary["refit"] and "refit_skipped" not in summary["tuning"]
+    assert len(summary["history"]["loss"]) == summary["tuning"]["best_epoch"]
+    assert not (job.paths.checkpoints / training.PLAN_RECORD).exists()
 
 
 def test_a_budget_spent_cuts_the_warm_refit_to_one_epoch(log_path, tmp_path):
