@@ -13,6 +13,7 @@ import pytest
 
 # Heaviest first (seconds of one sequential run on 2 cores, 2026-11-24).
 HEAVIEST = (
+    "test_readme.py",  # 420 on the idle box, 2026-12-02 (make run's whole schedule); CI once ran it last, alone
     "jobs/test_refresh.py",  # 105 (kills refreshes at four points)
     "serving/test_serving_reload_memory.py",  # 59
     "jobs/test_pipeline_job.py",  # 51
