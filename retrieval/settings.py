@@ -153,9 +153,10 @@ TRAIN = Section("train", (
         "Seconds the whole run should take (0: no budget, train.epochs epochs): the baselines are tuned before training "
         "and the rest of the run is estimated, then training measures its first epoch and takes as many epochs as the "
         "time left holds (at most train.epochs; the cosine spans them; early stopping still ends it sooner), keeping "
-        "room for the refit, which plans its own epochs the same way (at most its configured length, at least one: "
-        "a slower machine's refit is cut to what is left; retrieval/jobs/budget.py). A target, not a guarantee: the "
-        "estimates are a 2-core machine's."),
+        "room for the refit. Where a slower or busier machine left too little for it, a warm refit "
+        "(train.refit_epochs) plans its own epochs the same way (at least one) and a refit from scratch is skipped: "
+        "the tuned model is the final one (retrieval/jobs/budget.py). A target, not a guarantee: the estimates are a "
+        "2-core machine's."),
     Key("large_catalogue_items", 0, integer(0, COUNT),
         "From this many catalogue items on (0: never), the run trains on the large-catalogue schedule: the keys under "
         "train.large_catalogue replace their train.* namesakes (logged, recorded in the train stage's summary). "
