@@ -107,7 +107,8 @@ def _baselines(metrics: Mapping) -> list[str]:
 
 def _towers_chosen(tuned: Mapping) -> list[str]:
     """What the tuning tried on the automatic holdout besides the configured towers (the teacher,
-    ``train.variants``) and what it kept (``retrieval.jobs.tuning.tune``); nothing when it tried nothing."""
+    ``train.variants``), what it kept (``retrieval.jobs.tuning.tune``) and whether the refit followed; nothing when it
+    tried nothing and the refit was not skipped."""
     trials = [f"with the {trial['teacher']} teacher{' and variant ' + trial['variant'] if trial.get('variant') else ''} "
               f"{_number(trial['with'])} against {_number(trial['without'])} without "
               f"({'kept' if trial['kept'] else 'not kept'})" for trial in [tuned.get("teacher_trial")] if trial]
@@ -115,12 +116,16 @@ def _towers_chosen(tuned: Mapping) -> list[str]:
     trials += [f"variant {trial['variant']} {_number(trial['metric'])} ({'kept' if trial['kept'] else 'not kept'})"
                if trial["tried"] else f"variant {trial['variant']} not tried ({trial.get('reason', 'over budget')})"
                for trial in tuned.get("variant_trials", [])]
-    if not trials:
+    skipped = tuned.get("refit_skipped")
+    if not trials and not skipped:
         return []
+    refit = (f"the refit was skipped ({skipped}): the tuned towers are the final model" if skipped
+             else "the refit follows it")
+    tried = f"Validation metric of each tuning: {'; '.join(trials)}. " if trials else ""
     return ["", "## Towers chosen on the holdout", "",
-            f"Validation metric of each tuning: {'; '.join(trials)}. Kept: "
-            f"{tuned.get('variant') or 'the configured towers'}{' with the teacher' if tuned.get('teacher') else ''}, "
-            f"best epoch {tuned.get('best_epoch')} ({_number(tuned.get('best_metric'))}); the refit follows it."]
+            f"{tried}Kept: {tuned.get('variant') or 'the configured towers'}"
+            f"{' with the teacher' if tuned.get('teacher') else ''}, best epoch {tuned.get('best_epoch')} "
+            f"({_number(tuned.get('best_metric'))}); {refit}."]
 
 
 def _cold_items(metrics: Mapping) -> list[str]:

@@ -166,6 +166,7 @@ def test_a_time_budget_tunes_the_baselines_first_and_sets_the_epochs_from_the_fi
     summary = job.stages.summary("train")
     assert not summary["refit"] and tuned["refit_skipped"].startswith("the time budget has 0 s left, under the")
     assert not any(job.paths.checkpoints.glob("ckpt*"))  # no refit began
+    assert "the refit was skipped (the time budget has 0 s left" in job.paths.report.read_text()
 
 
 def test_a_budget_that_holds_the_refit_from_scratch_runs_its_tuned_length_unplanned(log_path, tmp_path):
