@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 MODEL_TOLERANCE = 0.01  # what the README states for the model row across CPUs (two box types: 0.0063 apart)
-DEADLINE_S = 1200  # a hang guard: one whole run takes 5.5 minutes on the idle 2-core box, over twice that in CI
+DEADLINE_S = 1800  # a hang guard: one whole run takes 5.5-7 minutes on an idle 2-core box, 14 in CI on a slow one
 
 
 def _bash_blocks() -> list[list[str]]:
