@@ -69,9 +69,10 @@ def test_make_run_prints_the_readme_table(tmp_path):
     assert result.stdout.strip().splitlines()[-1].startswith(f"published: {tmp_path / 'artifacts'}/two_tower/latest")
 
 
-# What the own-log test adds to the README's training command: a short schedule without the variants or the time
-# budget. The test checks the command's columns and the hand-over to `serve`; the make-run test already trains the
-# whole schedule, and a budget would make the run's length (and the gate's verdict) depend on how busy the box is.
+# What the own-data tests add to the README's training commands: a short schedule without the variants or the time
+# budget. They check the commands' columns and the hand-over to `serve` and `refresh`; the make-run test already
+# trains the whole schedule, and a budget would make the run's length (and the gate's verdict) depend on how busy the
+# box is.
 SHORT_RUN = " --config.train.epochs=2 --config.train.variants=() --config.train.time_budget_s=0"
 
 
@@ -116,8 +117,8 @@ def test_every_bash_block_uses_the_checkouts_python(block):
 
 
 def test_the_catalogue_commands_serve_items_nobody_clicked(tmp_path):
-    """"Items nobody has clicked yet": train with an item table holding items without interactions (two epochs, to
-    keep the suite fast), then refresh from a table with new items; both are published and served."""
+    """"Items nobody has clicked yet": train with an item table holding items without interactions (a short run, to
+    keep the suite fast: ``SHORT_RUN``), then refresh from a table with new items; both are published and served."""
     block = next(b for b in _bash_blocks() if any("pipelines.refresh" in c for c in b))
     log = pd.read_csv(ROOT / "data" / "interactions.csv")
     log.to_parquet(tmp_path / "clicks.parquet", index=False)
@@ -131,7 +132,7 @@ def test_the_catalogue_commands_serve_items_nobody_clicked(tmp_path):
     train, refresh = block
     for example, path in here.items():
         train, refresh = train.replace(example, str(path)), refresh.replace(example, str(path))
-    trained = _run(train + " --config.train.epochs=2", tmp_path)
+    trained = _run(train + SHORT_RUN, tmp_path)
     assert trained.returncode == 0, trained.stderr[-3000:]
     refreshed = _run(refresh, tmp_path)
     assert refreshed.returncode == 0, refreshed.stderr[-3000:]
