@@ -285,6 +285,17 @@ class EpochTime:
     def steady_training_seconds(self) -> float:
         return max(self.steady_seconds - self.validation_seconds, 0.0)
 
+    @classmethod
+    def planned(cls, checkpoint_dir: Path) -> Optional["EpochTime"]:
+        """The last epoch a phase's plan measured (``PlanEpochs``' :data:`PLAN_RECORD` in ``checkpoint_dir``;
+        None without one)."""
+        path = Path(checkpoint_dir) / PLAN_RECORD
+        if not path.exists():
+            return None
+        record = artifacts.read_json(path)
+        return cls(record["epoch_seconds"], record["validation_seconds"], record["compile_seconds"],
+                   done=record["measured_epoch"])
+
 
 class PlanEpochs(tf.keras.callbacks.Callback):
     """Sets the run's length from its measured epochs: ``plan(EpochTime)`` gives the epoch count (clamped to

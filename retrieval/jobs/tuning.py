@@ -266,21 +266,23 @@ def _refit_short(run: TrainingRun, tuned: dict) -> Optional[str]:
     from retrieval import training
 
     t = _kept_train(run, tuned)
-    warm = t.refit_epochs and tuned.get("best_learning_rate") is not None
-    if run.budget is None or not t.refit or warm or not tuned.get("best_epoch"):
+    if run.budget is None or not t.refit or _warm_refit(t, tuned) or not tuned.get("best_epoch"):
         return None
-    measured_path = run.tuning_checkpoints / tuned.get("checkpoints", "") / training.PLAN_RECORD
-    if not measured_path.exists():
+    epoch = training.EpochTime.planned(run.tuning_checkpoints / tuned.get("checkpoints", ""))
+    if epoch is None:
         return None
-    measured = artifacts.read_json(measured_path)
-    epoch = training.EpochTime(measured["epoch_seconds"], measured["validation_seconds"],
-                               measured["compile_seconds"], done=measured["measured_epoch"])
     need = epoch.compile_seconds + tuned["best_epoch"] * _refit_scale(t) * epoch.steady_training_seconds
     left = run.budget.left_s()
     if left >= need:
         return None
     return (f"the time budget has {max(left, 0.0):.0f} s left, under the {need:.0f} s of a refit from scratch for "
             f"{tuned['best_epoch']} epochs")
+
+
+def _warm_refit(train: ml_collections.ConfigDict, tuned: dict) -> bool:
+    """Whether the refit continues the tuned weights (``train.refit_epochs``, from the learning rate the tuning's
+    schedule had at its best epoch) rather than training from scratch."""
+    return bool(train.refit_epochs) and tuned.get("best_learning_rate") is not None
 
 
 def _refits(run: TrainingRun, tuned: dict) -> bool:
@@ -369,7 +371,7 @@ def refit(run: TrainingRun, tuned: Optional[dict]) -> tuple[Any, FitResult]:
         return fit(run, "final")
     if not _refits(run, tuned):
         return fit(run, "tuning")
-    if t.refit_epochs and tuned.get("best_learning_rate") is not None:
+    if _warm_refit(t, tuned):
         return fit(run, "refit", epochs=t.refit_epochs, warm_learning_rate=tuned["best_learning_rate"])
     return fit(run, "refit", epochs=tuned["best_epoch"] or t.epochs)
 
