@@ -18,12 +18,14 @@ not started: the best point so far is kept and a line says how many points were 
 is within the budget, or the first fit is the defaults' point alone and the budget does not hold a second (EASE^R at
 tens of thousands of items: a Cholesky of V^3 / 3 flops per lambda), nothing is fitted: the defaults stay and one
 line says so. The chosen point is the best validation recall (ties: the first tried, so the defaults
-win a tie).
+win a tie). A baseline may fit a cheaper stand-in of each point that chooses the same (``Baseline.tuning_point``:
+EASE^R's lambda on its ``baselines.EASE_TUNING_ITEMS`` most clicked items); the refit then fits the chosen point
+itself, and the note says at what it was tuned.
 
 Flat keys (:meth:`Tuned.metrics`): ``baseline/<name>/tuning_seconds``, ``baseline/<name>/validation/recall@K`` (the
 chosen point's), ``baseline/<name>/tuning/points`` (every tried point: its parameters and recall@K),
 ``baseline/<name>/tuning/tried`` and ``.../grid`` (points tried, points planned), ``baseline/<name>/tuning/note``
-(why fewer were tried, or none); the evaluator adds the refit's ``baseline/<name>/params/<p>`` and
+(at what a stand-in was tuned, why fewer were tried, or none); the evaluator adds the refit's ``baseline/<name>/params/<p>`` and
 ``baseline/<name>/fit_seconds``, and :func:`protocol` says where the holdout came from.
 """
 
@@ -71,8 +73,9 @@ class Holdout:
 @dataclasses.dataclass
 class Tuned:
     """One baseline's tuning: the chosen ``params``, every tried point (its parameters and ``metric`` on the
-    validation users), how many points the grid has, the seconds spent, and ``note``: why fewer points (or none)
-    were tried ("" when all were)."""
+    validation users), how many points the grid has, the seconds spent, ``note``: why fewer points (or none) were
+    tried ("" when all were), and ``fitted_at``: the parameters the tuning fitted every point at in place of its own
+    (``baselines.Baseline.tuning_point``: EASE^R's items; the points record them, the chosen ``params`` do not)."""
 
     name: str
     params: dict
@@ -82,12 +85,14 @@ class Tuned:
     seconds: float
     users: int
     note: str = ""
+    fitted_at: dict = dataclasses.field(default_factory=dict)
 
     @property
     def value(self) -> Optional[float]:
         """The chosen point's validation metric (None: nothing was tried)."""
+        fitted = {**self.params, **self.fitted_at}
         chosen = [point[self.metric] for point in self.points
-                  if all(point[name] == value for name, value in self.params.items())]
+                  if all(point[name] == value for name, value in fitted.items())]
         return chosen[0] if chosen else None
 
     def metrics(self) -> dict:
@@ -165,11 +170,13 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
     training = baselines_lib.Training(holdout.train, holdout.n_items, holdout.popularity, seed)
     shape = baselines_lib.Shape.of(holdout.train, holdout.n_items)
     measured: list[float] = []
+    chosen: list[dict] = []  # the grid's point of each of tuned.points (which record the points as fitted)
     # One heartbeat over the whole tuning, so that short fits in a row are not silent together.
     with evaluator.heartbeat(f"tuning baseline {name}", progress_interval_s) as beat:
         for number, group in enumerate(groups, 1):
+            fitted = [_tuning_point(baseline, point, holdout.n_items) for point in group]
             estimate = (float(np.mean(measured)) if measured else
-                        (baseline.seconds(shape, group) if baseline.seconds else 0.0)
+                        (baseline.seconds(shape, fitted) if baseline.seconds else 0.0)
                         + len(group) * len(rows) * holdout.n_items * RANK_S_PER_SCORE)
             # The first fit is worth its time only if it tries more than the defaults or leaves time for another.
             needed = 2 * estimate if not measured and len(group) == 1 and len(groups) > 1 else estimate
@@ -186,15 +193,27 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
             beat.what = (f"tuning baseline {name}, fit {number} of {len(groups)} ({len(group)} point"
                          f"{'s' if len(group) > 1 else ''}, {len(rows):,} validation users)")
             fit_start = clock()
-            scorers = baselines_lib.fit(name, training, group)
-            for index, point in enumerate(group):
+            scorers = baselines_lib.fit(name, training, fitted)
+            for index, point in enumerate(fitted):
                 value = score(scorers[index], holdout, rows, relevant, k, exclude_train, max_block_bytes)
                 scorers[index] = None  # its sparse matrix goes now, not with the group
                 tuned.points.append({**point, metric: value})
+                chosen.append(group[index])
             measured.append(clock() - fit_start)
-    best = max(tuned.points, key=lambda point: point[metric])  # the first of equals: the defaults win a tie
-    tuned.params = {param: best[param] for param in default}
+    best = max(range(len(tuned.points)), key=lambda i: tuned.points[i][metric])  # the first of equals: the defaults
+    tuned.params = {param: chosen[best][param] for param in default}
+    tuned.fitted_at = {param: value for param, value in tuned.points[best].items()
+                       if param in default and value != tuned.params[param]}
+    if tuned.fitted_at:
+        fitted_note = (f"tuned at {describe(tuned.fitted_at)} (the validation {metric} there), refitted at "
+                       f"{describe({param: tuned.params[param] for param in tuned.fitted_at})}")
+        tuned.note = f"{fitted_note}; {tuned.note}" if tuned.note else fitted_note
     return _finish(tuned, tuned.note, start, clock)
+
+
+def _tuning_point(baseline: baselines_lib.Baseline, point: dict, n_items: int) -> dict:
+    """The point the tuning fits in place of ``point`` (``baselines.Baseline.tuning_point``)."""
+    return dict(baseline.tuning_point(point, n_items)) if baseline.tuning_point is not None else point
 
 
 def _seconds(value: float) -> str:

@@ -91,6 +91,13 @@ EASE_BLOCK = 2048
 # 11 minutes a fit. The price on Gowalla (a 10% holdout of split 0's 80%, 5,000 users, lambda 500): recall@20 0.1533
 # at 15k items (69% of the pairs), 0.1616 at 20k (77%), 0.1748 with all; tuned RP3beta reads above all three there.
 EASE_MAX_ITEMS = 15_000
+# EASE^R's lambda is tuned on at most this many of the most clicked items and refitted at the chosen lambda on its
+# eval.ease_max_items: its five fits cost (6k / 15k)^3 = 6% of theirs (20 s against 149 s on Gowalla's holdout on a
+# slow 2-core box, time the towers get under train.time_budget_s). The lambda chosen is the same on the validation
+# holdouts of four real sets (the 6k items against all the cap holds; benchmarks/JOURNAL.md, "Issue 47: EASE^R's
+# lambda tuned on fewer items"): Gowalla 300 and 300, Yelp2018 500 and 500, Amazon Beauty 100 and 100, lastfm 100 and
+# 100, the grid's order the same at both sizes on each.
+EASE_TUNING_ITEMS = 6_000
 # Default of eval.baseline_memory_mb: EASE^R up to about 43k items (Gowalla's 41k need 7.4 GB; the Cholesky and the
 # inverse take about five minutes there on 2 cores).
 BASELINE_MEMORY_MB = 8192
@@ -467,6 +474,13 @@ def _ease_seconds(shape: Shape, points: Sequence[Params]) -> float:
                for point in points)
 
 
+def _ease_tuning_point(point: Params, n_items: int) -> Params:
+    """The point EASE^R's tuning fits for ``point``: at most :data:`EASE_TUNING_ITEMS` items."""
+    if ease_size(n_items, point) <= EASE_TUNING_ITEMS:
+        return point
+    return {**point, "items": EASE_TUNING_ITEMS}
+
+
 def _fit_ease(training: Training, points: Sequence[Params]) -> list[Scorer]:
     # Ease looked up at call time: benchmarks/bench_quality.py swaps in a version that keeps its weights on disk.
     return [Ease(training.train, training.n_items, float(point["lambda"]), max_items=int(point["items"]))
@@ -486,7 +500,10 @@ class Baseline:
     - ``whole_matrix``: it is fitted on every user's training items (a user sample cannot fit it);
     - ``memory_mb(n_items, point)``: the memory it needs beyond the evaluation's own at ``point`` (None: none that
       grows with the catalogue);
-    - ``seconds(shape, points)``: estimated time of fitting ``points`` together (None: negligible).
+    - ``seconds(shape, points)``: estimated time of fitting ``points`` together (None: negligible);
+    - ``tuning_point(point, n_items)``: the point the tuning fits and scores in place of ``point`` in a catalogue of
+      ``n_items`` vocabulary rows, where a cheaper fit chooses the same (EASE^R's lambda on fewer items); the refit
+      then fits the chosen point itself (None: the point itself).
     """
 
     fit: Callable[[Training, Sequence[Params]], list[Scorer]]
@@ -496,6 +513,7 @@ class Baseline:
     whole_matrix: bool = False
     memory_mb: Optional[Callable[[int, Params], float]] = None
     seconds: Optional[Callable[[Shape, Sequence[Params]], float]] = None
+    tuning_point: Optional[Callable[[Params, int], Params]] = None
 
     @property
     def tunable(self) -> bool:
@@ -532,7 +550,7 @@ BASELINES: dict[str, Baseline] = {
     "ease": Baseline(_fit_ease, defaults=_frozen({"lambda": EASE_LAMBDA, "items": EASE_MAX_ITEMS}),
                      grid=_frozen({"lambda": (100.0, 300.0, 500.0, 1000.0, 3000.0)}), separate=("lambda",),
                      whole_matrix=True, memory_mb=lambda n_items, point: ease_memory_mb(ease_size(n_items, point)),
-                     seconds=_ease_seconds),
+                     seconds=_ease_seconds, tuning_point=_ease_tuning_point),
 }
 NAMES = tuple(BASELINES)
 

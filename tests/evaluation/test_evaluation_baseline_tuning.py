@@ -123,10 +123,10 @@ def test_a_small_budget_tries_fewer_points_keeps_the_best_so_far_and_says_so(pla
     assert "baseline/rp3beta/validation/recall@2" not in none.metrics()
 
 
-def test_ease_at_a_large_catalogue_keeps_its_lambda_in_one_line(monkeypatch, caplog):
-    """41k items, all modelled (``eval.ease_max_items=0``): one EASE^R fit (a Cholesky of the 41k x 41k Gram matrix)
-    is estimated over the default budget, so nothing is fitted and the configured lambda stays; at the default cap
-    of 15,000 items its fits start."""
+def test_ease_at_a_large_catalogue_keeps_its_lambda_in_one_line_when_the_budget_holds_no_fit(monkeypatch, caplog):
+    """41k items, all modelled (``eval.ease_max_items=0``): its refit is a Cholesky of the 41k x 41k Gram matrix
+    (about 11 minutes), its tuning fits 6,000 items (2 s a fit); a budget that holds no tuning fit keeps the
+    configured lambda in one line, and one that holds the defaults' fit but not another fits nothing."""
     n_items = 40_983
     rng = np.random.default_rng(0)
     train = csr.from_pairs(rng.integers(0, 50, 400), rng.integers(2, n_items, 400), 50)
@@ -134,22 +134,49 @@ def test_ease_at_a_large_catalogue_keeps_its_lambda_in_one_line(monkeypatch, cap
                                       n_items, "synthetic")
     monkeypatch.setattr(baselines, "Ease", None)  # a fit would fail
     with caplog.at_level(logging.INFO, logger="absl"):
-        tuned = baseline_tuning.tune("ease", holdout, defaults={"lambda": 250.0, "items": 0}, memory_mb=1e9)
+        tuned = baseline_tuning.tune("ease", holdout, defaults={"lambda": 250.0, "items": 0}, memory_mb=1e9,
+                                     budget_s=1)
     assert tuned.params == {"lambda": 250.0, "items": 0} and tuned.points == []
     lines = [r.getMessage() for r in caplog.records if "baseline ease" in r.getMessage()]
-    assert len(lines) == 1 and "not tuned: one fit" in lines[0] and ", over eval.baseline_budget_s = 300" in lines[0]
+    assert len(lines) == 1 and "not tuned: one fit" in lines[0] and ", over eval.baseline_budget_s = 1;" in lines[0]
     assert "lambda=250 items=0 (defaults)" in lines[0]
     shape = baselines.Shape.of(train, n_items)
     assert 600 < baselines.BASELINES["ease"].seconds(shape, [tuned.params]) < 800  # about 11 minutes on 2 cores
-    capped = baselines.params_of("ease")  # the default cap: 15,000 items, 34 s a fit, so the budget holds the grid
+    capped = baselines.params_of("ease")  # the default cap: 15,000 items, 34 s a fit (the refit)...
     assert 30 < baselines.BASELINES["ease"].seconds(shape, [capped]) < 40
+    stand_in = baselines.BASELINES["ease"].tuning_point(capped, n_items)  # ... tuned on 6,000: 2 s a fit
+    assert stand_in == {**capped, "items": 6000} and 2 < baselines.BASELINES["ease"].seconds(shape, [stand_in]) < 3
     monkeypatch.setattr(baselines, "Ease", lambda *args, **kwargs: pytest.fail("a fit started"))
     with pytest.raises(pytest.fail.Exception):
         baseline_tuning.tune("ease", holdout, memory_mb=1e9)
-    one = baseline_tuning.tune("ease", holdout, memory_mb=1e9, budget_s=60)  # ... but not 60 s
-    assert one.points == [] and "eval.baseline_budget_s = 60 does not hold the defaults' and another" in one.note
+    one = baseline_tuning.tune("ease", holdout, memory_mb=1e9, budget_s=4)  # ... but not 4 s
+    assert one.points == [] and "eval.baseline_budget_s = 4 does not hold the defaults' and another" in one.note
     over_memory = baseline_tuning.tune("ease", holdout, defaults={"items": 0}, memory_mb=4096)
     assert over_memory.points == [] and "eval.baseline_memory_mb" in over_memory.note
+
+
+def test_ease_tunes_its_lambda_on_fewer_items_and_the_chosen_point_keeps_its_own(planted, monkeypatch, caplog):
+    """Where EASE^R's cap models more than ``EASE_TUNING_ITEMS`` items, every tuning fit models that many, the chosen
+    lambda keeps the configured cap (the refit's), its value is the stand-in's, and the one line says so; under it
+    the points are the grid's own."""
+    monkeypatch.setattr(baselines, "EASE_TUNING_ITEMS", 20)
+    fits = []
+    fit = baselines.fit
+    monkeypatch.setattr(baselines, "fit", lambda name, training, points: fits.extend(dict(p) for p in points)
+                        or fit(name, training, points))
+    with caplog.at_level(logging.INFO, logger="absl"):
+        tuned = baseline_tuning.tune("ease", planted, k=2, defaults={"items": 40}, max_users=100, seed=1)
+    assert [p["items"] for p in fits] == [20] * 5 and [p["lambda"] for p in fits] == [p["lambda"] for p in tuned.points]
+    best = max(tuned.points, key=lambda point: point["recall@2"])
+    assert tuned.params == {"lambda": best["lambda"], "items": 40} and tuned.fitted_at == {"items": 20}
+    assert tuned.value == best["recall@2"] and tuned.note == "tuned at items=20 (the validation recall@2 there), " \
+        "refitted at items=40"
+    line = [r.getMessage() for r in caplog.records if "baseline ease" in r.getMessage()][-1]
+    assert f"items=40 (validation recall@2 {best['recall@2']:.4f}; 5 of 5 grid points); tuned at items=20" in line
+    fits.clear()
+    small = baseline_tuning.tune("ease", planted, k=2, defaults={"items": 20}, max_users=100, seed=1)
+    assert [p["items"] for p in fits] == [20] * 5 and small.fitted_at == {} and not small.note
+    assert small.points == tuned.points and small.params == {**tuned.params, "items": 20}
 
 
 def _with_holdout(root):
