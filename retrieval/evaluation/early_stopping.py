@@ -43,10 +43,14 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
     padded = pad_histories(item_ids_recent_first(train, data.user_ids[rows]), model.max_history)
     history = item_vocab.lookup(padded.ravel()).reshape(padded.shape).astype(np.int32)
 
-    # One XLA-compiled program for every block (the last one padded to the block size, its padding rows dropped):
-    # the self-attentive tower's pass over 3,000 validation users took 5.1 s eagerly and 1.2 s compiled.
+    # One program for every block (the last one padded to the block size, its padding rows dropped), XLA-compiled
+    # for a pooling that reads the order: the self-attentive tower's pass over 3,000 validation users took 5.1 s
+    # eagerly and 1.2 s compiled. A mean pooling's pass is a gather and a mean, which XLA hardly speeds, and each
+    # tuning paid its compilation at its first validation: on Gowalla's 10,000 validation users (histories of 200 in
+    # parts of 25) 1.5 s a call compiled against 1.7-2.0 s as a graph, but 13.4 s the first compiled call against
+    # 3.6 s (benchmarks/JOURNAL.md, "Issue 47: EASE^R's lambda tuned on fewer items, and the first validation").
     block_size = max(1, min(batch_size, len(rows)))
-    encode = tf.function(model.user_vectors, jit_compile=True)
+    encode = tf.function(model.user_vectors, jit_compile=not _linear_pooling(model))
 
     def evaluate() -> float:
         user_vectors = np.zeros((len(data.user_ids), model.item_vectors(tf.constant([0])).shape[-1]), np.float32)
@@ -63,3 +67,8 @@ def recall_fn(model, train: pd.DataFrame, validation: pd.DataFrame, item_vocab: 
         return float(result[f"recall@{k}"])
 
     return evaluate
+
+
+def _linear_pooling(model) -> bool:
+    """Whether ``model``'s user tower pools its history linearly (the mean; ``HistoryPooling.linear``)."""
+    return bool(getattr(getattr(getattr(model, "user_tower", None), "pooling", None), "linear", False))
