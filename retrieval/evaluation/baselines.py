@@ -95,7 +95,7 @@ EASE_MAX_ITEMS = 15_000
 # eval.ease_max_items: its five fits cost (6k / 15k)^3 = 6% of theirs (20 s against 149 s on Gowalla's holdout on a
 # slow 2-core box, time the towers get under train.time_budget_s). The lambda chosen is the same on the validation
 # holdouts of four real sets, 6k items against all the cap holds: Gowalla 300 and 300, Yelp2018 500 and 500, Amazon
-# Beauty 100 and 100, lastfm 100 and 100, the grid's order the same at both sizes on each
+# Beauty 100 and 100, lastfm 100 and 100
 # (benchmarks/JOURNAL.md, "Issue 47: EASE^R's lambda tuned on fewer items, and the first validation").
 EASE_TUNING_ITEMS = 6_000
 # Default of eval.baseline_memory_mb: EASE^R up to about 43k items (Gowalla's 41k need 7.4 GB; the Cholesky and the
