@@ -25,8 +25,9 @@ itself, and the note says at what it was tuned.
 Flat keys (:meth:`Tuned.metrics`): ``baseline/<name>/tuning_seconds``, ``baseline/<name>/validation/recall@K`` (the
 chosen point's), ``baseline/<name>/tuning/points`` (every tried point: its parameters and recall@K),
 ``baseline/<name>/tuning/tried`` and ``.../grid`` (points tried, points planned), ``baseline/<name>/tuning/note``
-(at what a stand-in was tuned, why fewer were tried, or none); the evaluator adds the refit's ``baseline/<name>/params/<p>`` and
-``baseline/<name>/fit_seconds``, and :func:`protocol` says where the holdout came from.
+(at what a stand-in was tuned, why fewer were tried, or none); the evaluator adds the refit's
+``baseline/<name>/params/<p>`` and ``baseline/<name>/fit_seconds``, and :func:`protocol` says where the holdout came
+from.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ EASE_LAMBDA = 500.0
 # it was twice that for the same speed).
 EASE_BLOCK = 2048
 # Default of eval.ease_max_items: EASE^R models the 15,000 most clicked items at most. Its fit is cubic in them: 35 s
-# at 15k on 2 cores, so its five lambdas are tuned within eval.baseline_budget_s, where all of Gowalla's 41k take
+# at 15k on 2 cores (its refit; its lambda is tuned on fewer, EASE_TUNING_ITEMS), where all of Gowalla's 41k take
 # 11 minutes a fit. The price on Gowalla (a 10% holdout of split 0's 80%, 5,000 users, lambda 500): recall@20 0.1533
 # at 15k items (69% of the pairs), 0.1616 at 20k (77%), 0.1748 with all; tuned RP3beta reads above all three there.
 EASE_MAX_ITEMS = 15_000
