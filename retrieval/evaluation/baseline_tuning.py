@@ -175,7 +175,7 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
     # One heartbeat over the whole tuning, so that short fits in a row are not silent together.
     with evaluator.heartbeat(f"tuning baseline {name}", progress_interval_s) as beat:
         for number, group in enumerate(groups, 1):
-            fitted = [_tuning_point(baseline, point, holdout.n_items) for point in group]
+            fitted = [baseline.tuning_point(point, holdout.n_items) for point in group]
             estimate = (float(np.mean(measured)) if measured else
                         (baseline.seconds(shape, fitted) if baseline.seconds else 0.0)
                         + len(group) * len(rows) * holdout.n_items * RANK_S_PER_SCORE)
@@ -210,11 +210,6 @@ def tune(name: str, holdout: Holdout, k: int = 20, *, budget_s: float = BUDGET_S
                        f"{describe({param: tuned.params[param] for param in tuned.fitted_at})}")
         tuned.note = f"{fitted_note}; {tuned.note}" if tuned.note else fitted_note
     return _finish(tuned, tuned.note, start, clock)
-
-
-def _tuning_point(baseline: baselines_lib.Baseline, point: dict, n_items: int) -> dict:
-    """The point the tuning fits in place of ``point`` (``baselines.Baseline.tuning_point``)."""
-    return dict(baseline.tuning_point(point, n_items)) if baseline.tuning_point is not None else point
 
 
 def _seconds(value: float) -> str:

@@ -503,7 +503,7 @@ class Baseline:
     - ``seconds(shape, points)``: estimated time of fitting ``points`` together (None: negligible);
     - ``tuning_point(point, n_items)``: the point the tuning fits and scores in place of ``point`` in a catalogue of
       ``n_items`` vocabulary rows, where a cheaper fit chooses the same (EASE^R's lambda on fewer items); the refit
-      then fits the chosen point itself (None: the point itself).
+      then fits the chosen point itself (default: the point itself).
     """
 
     fit: Callable[[Training, Sequence[Params]], list[Scorer]]
@@ -513,7 +513,7 @@ class Baseline:
     whole_matrix: bool = False
     memory_mb: Optional[Callable[[int, Params], float]] = None
     seconds: Optional[Callable[[Shape, Sequence[Params]], float]] = None
-    tuning_point: Optional[Callable[[Params, int], Params]] = None
+    tuning_point: Callable[[Params, int], Params] = lambda point, n_items: point
 
     @property
     def tunable(self) -> bool:
