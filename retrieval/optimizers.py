@@ -44,10 +44,13 @@ other variable gets ordinary Adagrad.
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 import tensorflow as tf
 
 import retrieval  # noqa: F401  (contract; the package __init__ already ran and set TF_USE_LEGACY_KERAS)
+
+DENSE_FROM_SHARE = 0.5  # a table looked up by at least this many slots per row in a batch steps densely
 
 
 def unique_rows(gradient: tf.IndexedSlices, num_rows: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -74,9 +77,22 @@ def unique_rows(gradient: tf.IndexedSlices, num_rows: int) -> tuple[tf.Tensor, t
 class _LazyRows:
     """Mixin over a tf-keras optimizer: ``IndexedSlices`` gradients go to ``_sparse_step(values, rows, variable)``
     with duplicates summed (``unique_rows``); dense gradients to the parent's ``update_step``. The parent's dense
-    weight decay skips the variables that get sparse gradients; ``update_step`` decays their touched rows."""
+    weight decay skips the variables that get sparse gradients; ``update_step`` decays their touched rows.
+
+    A table whose batch looks up at least ``dense_from_share`` x its rows (slots, duplicates counted) gets the
+    parent's dense step instead, decided per step: the lazy step's cost follows the slots (a gather and a scatter
+    of three ``[slots, d]`` blocks at random rows), the dense one's the rows (streaming passes over the table), and
+    a history table of 41k rows read by 51,200 slots a batch stepped 57 ms lazily against ~25 ms densely on the
+    2-core box (JOURNAL.md, "Issue 47: lazy steps for the tables a batch barely touches"). ``None``: always lazy."""
 
     sparse_updates = True  # read by TwoTowerModel.train_step (keeps the slices) and recorded in the run
+
+    def __init__(self, *args, dense_from_share: Optional[float] = DENSE_FROM_SHARE, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dense_from_share = dense_from_share
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "dense_from_share": self.dense_from_share}
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)
@@ -97,6 +113,22 @@ class _LazyRows:
     def update_step(self, gradient, variable):
         if not isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable)
+        if self.dense_from_share is None:
+            return self._lazy_step(gradient, variable)
+        slots = tf.cast(tf.size(gradient.indices), tf.float32)
+        tf.cond(slots >= self.dense_from_share * variable.shape[0], lambda: self._dense_step(gradient, variable),
+                lambda: self._lazy_step(gradient, variable))
+
+    def _dense_step(self, gradient: tf.IndexedSlices, variable: tf.Variable) -> None:
+        """The parent's step on the summed dense gradient, with the weight decay the parent's ``apply_gradients``
+        left out for this variable (its gradient arrived as slices)."""
+        if self._decays(variable):
+            variable.assign_sub(variable * tf.cast(self.weight_decay, variable.dtype)
+                                * tf.cast(self.learning_rate, variable.dtype))
+        super().update_step(tf.convert_to_tensor(gradient), variable)
+
+    def _lazy_step(self, gradient: tf.IndexedSlices, variable: tf.Variable) -> None:
+        """The touched rows' step (module docstring)."""
         values, rows, first = unique_rows(gradient, variable.shape[0])
         lr = tf.cast(self.learning_rate, variable.dtype)
         decrement = self._sparse_step(values, rows, variable, lr)

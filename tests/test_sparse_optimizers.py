@@ -19,7 +19,7 @@ from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, Roww
 from tests.localhost import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS, DIM, STEPS, LR, WD = 12, 3, 5, 0.05, 0.1
+ROWS, DIM, STEPS, LR, WD = 32, 3, 5, 0.05, 0.1  # 6 slots a step: lazy (under DENSE_FROM_SHARE x 32)
 LAZY = {"adam": LazyAdam, "adagrad": LazyAdagrad, "rowwise_adagrad": LazyRowwiseAdagrad}
 
 
@@ -53,16 +53,16 @@ def reference(kind: str, table: np.ndarray, steps, weight_decay: float = 0.0) ->
     return w, ([m, v] if kind == "adam" else [acc])
 
 
-def initial_table() -> np.ndarray:
-    return np.random.default_rng(1).normal(size=(ROWS, DIM)).astype(np.float32)
+def initial_table(rows: int = ROWS) -> np.ndarray:
+    return np.random.default_rng(1).normal(size=(rows, DIM)).astype(np.float32)
 
 
-def train(optimizer, steps, mode: str = "eager"):
-    """Applies ``steps`` as (IndexedSlices, dense) gradients to a [ROWS, DIM] table and a [4] vector."""
-    table, dense = tf.Variable(initial_table(), name="embeddings"), tf.Variable(np.ones(4, np.float32))
+def train(optimizer, steps, mode: str = "eager", rows: int = ROWS):
+    """Applies ``steps`` as (IndexedSlices, dense) gradients to a [rows, DIM] table and a [4] vector."""
+    table, dense = tf.Variable(initial_table(rows), name="embeddings"), tf.Variable(np.ones(4, np.float32))
 
     def apply(indices, values, dense_gradient):
-        optimizer.apply_gradients([(tf.IndexedSlices(values, indices, tf.constant([ROWS, DIM])), table),
+        optimizer.apply_gradients([(tf.IndexedSlices(values, indices, tf.constant([rows, DIM])), table),
                                    (dense_gradient, dense)])
 
     step = apply if mode == "eager" else tf.function(apply, jit_compile=mode == "xla")
@@ -106,6 +106,25 @@ def test_dense_variables_get_the_keras_update(lazy_class, keras_class):
     for ((_, _, gradient),) in steps:
         keras.apply_gradients([(tf.constant(gradient), dense)])
     np.testing.assert_allclose(lazy.numpy(), dense.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+@pytest.mark.parametrize("kind,keras_class", [("adam", tf.keras.optimizers.Adam),
+                                               ("adagrad", tf.keras.optimizers.Adagrad)])
+def test_a_table_looked_up_by_half_its_rows_in_slots_gets_the_dense_step(kind, keras_class, mode):
+    """6 slots a step into 12 rows (DENSE_FROM_SHARE 0.5): Keras's own dense update, weight decay included, every
+    row moving; with ``dense_from_share=None`` the same steps stay lazy (untouched rows keep their values)."""
+    steps = gradients()
+    table, _ = train(LAZY[kind](LR, weight_decay=WD), steps, mode, rows=12)
+    keras, expected = keras_class(LR, weight_decay=WD), tf.Variable(initial_table(12))
+    for ((indices, values, _),) in steps:
+        dense = np.zeros((12, DIM), np.float32)
+        np.add.at(dense, indices, values)
+        keras.apply_gradients([(tf.constant(dense), expected)])
+    np.testing.assert_allclose(table.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+    lazy, _ = train(LAZY[kind](LR, weight_decay=WD, dense_from_share=None), steps, mode, rows=12)
+    np.testing.assert_allclose(lazy.numpy(), reference(kind, initial_table(12), steps, weight_decay=WD)[0],
+                               rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["eager", "xla"])
