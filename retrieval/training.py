@@ -36,7 +36,7 @@ from retrieval.artifacts import PathLike
 from retrieval.data import examples as examples_lib
 from retrieval.errors import InputError
 from retrieval.models.two_tower import TwoTowerModel
-from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad
+from retrieval.optimizers import CatchUpAdam, LazyAdagrad, LazyRowwiseAdagrad, RowwiseAdagrad
 from retrieval.resumable_stopping import ResumableEarlyStopping
 from retrieval.settings import SPARSE_UPDATES_MIN_ROWS, TRAIN, default_train_config  # noqa: F401
 
@@ -200,6 +200,23 @@ def progress_line(epoch: int, epochs: int, logs: Mapping[str, float], early: Opt
 def _duration(seconds: float) -> str:
     minutes, seconds = divmod(int(round(seconds)), 60)
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
+
+
+class CatchUpRows(tf.keras.callbacks.Callback):
+    """At each epoch's end (and training's), before any later callback reads the weights (validation, early
+    stopping, checkpoints), pays the rows of the tables a ``CatchUpAdam`` updates lazily what dense Adam would have
+    moved them by meanwhile (``retrieval.optimizers.CatchUpAdam.catch_up``); other optimizers have nothing owed."""
+
+    def _catch_up(self) -> None:
+        catch_up = getattr(self.model.optimizer, "catch_up", None)
+        if catch_up is not None:
+            catch_up()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._catch_up()
+
+    def on_train_end(self, logs=None):
+        self._catch_up()
 
 
 class StopAtStep(_StepCallback):
@@ -407,7 +424,7 @@ def make_optimizer(config: ml_collections.ConfigDict, total_steps: int, sparse: 
     """Adam, Adagrad or row-wise Adagrad with the schedule (``learning_rate``) and the decoupled weight decay of
     ``config``; with ``sparse``, their lazy versions (``retrieval.optimizers``: embedding tables update only the
     looked-up rows; ``use_sparse_updates``)."""
-    kinds = {"adam": (tf.keras.optimizers.Adam, LazyAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad),
+    kinds = {"adam": (tf.keras.optimizers.Adam, CatchUpAdam), "adagrad": (tf.keras.optimizers.Adagrad, LazyAdagrad),
              "rowwise_adagrad": (RowwiseAdagrad, LazyRowwiseAdagrad)}
     optimizer = kinds[config.optimizer][int(sparse)](learning_rate(config, total_steps, decay_steps),
                                                      weight_decay=config.weight_decay or None)
@@ -550,7 +567,7 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
 
         log_dir = tensorboard_dir if tensorboard_dir is not None and distributed.is_chief(strategy) else None
         stop = StopAtStep(total_steps)
-        callbacks = [stop]
+        callbacks = [stop, CatchUpRows()]
         if parameter_server.uses_coordinator(strategy):
             dataset = parameter_server.per_worker_dataset(stream, strategy)
             timeout_s = config.ps_timeout_s

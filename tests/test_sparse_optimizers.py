@@ -15,7 +15,8 @@ import tensorflow as tf
 
 from retrieval import training
 from retrieval.errors import InputError
-from retrieval.optimizers import LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad, unique_rows
+from retrieval.optimizers import (CatchUpAdam, LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad,
+                                  unique_rows)
 from tests.localhost import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +126,46 @@ def test_a_table_looked_up_by_half_its_rows_in_slots_gets_the_dense_step(kind, k
     lazy, _ = train(LAZY[kind](LR, weight_decay=WD, dense_from_share=None), steps, mode, rows=12)
     np.testing.assert_allclose(lazy.numpy(), reference(kind, initial_table(12), steps, weight_decay=WD)[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def sparse_gradients(steps: int = 300, seed: int = 3):
+    """Per step 3 slots into rows 0..15 of 32, the higher rows ever rarer (gaps of well over CATCH_UP_TERMS steps
+    between two lookups of row 15), and a dense gradient of a [4] vector."""
+    rng = np.random.default_rng(seed)
+    weights = 0.6 ** np.arange(16)
+    return [[(rng.choice(16, 3, p=weights / weights.sum()), rng.normal(size=(3, DIM)).astype(np.float32),
+              rng.normal(size=4).astype(np.float32))] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "xla"])
+def test_catch_up_adam_steps_as_dense_adam(mode):
+    """CatchUpAdam with its rows caught up (at an 'epoch end' halfway and at the end) leaves the table and both
+    moments where Keras's dense Adam does (a constant learning rate, no weight decay: the class docstring's exact
+    case), where lazy Adam, given the same steps, does not."""
+    steps = sparse_gradients()
+    optimizer = CatchUpAdam(LR)
+    table, dense = tf.Variable(initial_table(), name="embeddings"), tf.Variable(np.ones(4, np.float32))
+
+    def apply(indices, values, dense_gradient):
+        optimizer.apply_gradients([(tf.IndexedSlices(values, indices, tf.constant([ROWS, DIM])), table),
+                                   (dense_gradient, dense)])
+
+    step = apply if mode == "eager" else tf.function(apply, jit_compile=mode == "xla")
+    for number, ((indices, values, dense_gradient),) in enumerate(steps, start=1):
+        step(tf.constant(indices, tf.int32), tf.constant(values), tf.constant(dense_gradient))
+        if number in (len(steps) // 2, len(steps)):
+            optimizer.catch_up()
+    keras, expected = tf.keras.optimizers.Adam(LR), tf.Variable(initial_table())
+    for ((indices, values, _),) in steps:
+        gradient = np.zeros((ROWS, DIM), np.float32)
+        np.add.at(gradient, indices, values)
+        keras.apply_gradients([(tf.constant(gradient), expected)])
+    np.testing.assert_allclose(table.numpy(), expected.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(optimizer._momentums[0].numpy(), keras._momentums[0].numpy(), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(optimizer._velocities[0].numpy(), keras._velocities[0].numpy(), rtol=1e-4, atol=1e-9)
+    np.testing.assert_array_equal(table.numpy()[16:], initial_table()[16:])  # never looked up: never moved
+    lazy, _ = train(LazyAdam(LR), steps, mode)
+    assert np.abs(lazy.numpy() - expected.numpy())[:16].max() > 100 * np.abs(table.numpy() - expected.numpy()).max()
 
 
 @pytest.mark.parametrize("mode", ["eager", "xla"])
