@@ -141,8 +141,11 @@ def sparse_gradients(steps: int = 300, seed: int = 3):
 def test_catch_up_adam_steps_as_dense_adam(mode):
     """CatchUpAdam with its rows caught up (at an 'epoch end' halfway and at the end) leaves the table and both
     moments where Keras's dense Adam does (a constant learning rate, no weight decay: the class docstring's exact
-    case), where lazy Adam, given the same steps, does not."""
+    case), where lazy Adam, given the same steps, does not. The step after the halfway catch-up looks up 20 slots
+    (at least DENSE_FROM_SHARE x 32 rows): a dense step, as a history table's are, amid the lazy ones."""
     steps = sparse_gradients()
+    rng = np.random.default_rng(4)
+    steps[150] = [(rng.integers(0, 16, 20), rng.normal(size=(20, DIM)).astype(np.float32), steps[150][0][2])]
     optimizer = CatchUpAdam(LR)
     table, dense = tf.Variable(initial_table(), name="embeddings"), tf.Variable(np.ones(4, np.float32))
 
