@@ -15,7 +15,10 @@ update only the rows a batch touches, as TensorFlow Addons' ``LazyAdam`` does. F
 
 and every untouched row keeps its value *and its moments*: where dense Adam would decay ``m`` and ``v`` of a row
 absent from the batch (and still move it by the decayed momentum), lazy Adam leaves them as they were until the
-row is next looked up. A row touched at every step gets exactly Adam's update. Lazy Adagrad is Adagrad on the
+row is next looked up. A row touched at every step gets exactly Adam's update. ``CatchUpAdam`` (what
+``train.sparse_updates`` builds for Adam) pays each row those missed moves in closed form when it is next looked up
+and at every epoch's end: dense Adam's step at the lazy step's cost. A table that a batch looks up by at least
+``DENSE_FROM_SHARE`` x its rows in slots (a history table) takes the dense step instead: there it is the cheaper. Lazy Adagrad is Adagrad on the
 touched rows (``acc_r <- acc_r + g_r^2``, ``w_r <- w_r - lr_t g_r / sqrt(acc_r + eps)``, which tf-keras already
 does), with the weight decay also restricted to the touched rows. Variables with dense gradients (dense layers,
 biases) get the parent class's update unchanged, so the split is by variable: whatever arrives as ``IndexedSlices``
@@ -126,7 +129,8 @@ class _LazyRows:
         if self._decays(variable):
             variable.assign_sub(variable * tf.cast(self.weight_decay, variable.dtype)
                                 * tf.cast(self.learning_rate, variable.dtype))
-        super().update_step(tf.convert_to_tensor(gradient), variable)
+        dense = tf.math.unsorted_segment_sum(gradient.values, gradient.indices, tf.shape(variable)[0])
+        super().update_step(dense, variable)
 
     def _lazy_step(self, gradient: tf.IndexedSlices, variable: tf.Variable) -> None:
         """The touched rows' step (module docstring)."""
@@ -203,10 +207,10 @@ class CatchUpAdam(LazyAdam):
     schedule moves little over the ~30 steps that carry the sum's weight), ``eps`` is not scaled by
     ``b2^(-j/2)`` (it is ~1e-7 against ``sqrt(v)``), and terms past ``J`` = :data:`CATCH_UP_TERMS` are dropped (they
     weigh under ``q^J / (1 - q)`` ~ 1e-5 of the sum). Each row's last step is a ``[rows]`` slot ("last_step").
-    Weight decay stays lazy (touched rows only). Without it, lazy Adam leaves a row looked up every 40th step
-    (Gowalla's mid-tail items in in-batch softmax) about a tenth of dense Adam's motion: on Gowalla's holdout its
-    towers read 0.1361 recall@20 after 3 epochs against dense Adam's 0.1435 (JOURNAL.md, "Issue 47: lazy steps for
-    the tables a batch barely touches")."""
+    Weight decay stays lazy (touched rows only). Without the catch-up, lazy Adam leaves a row looked up every 40th
+    step (Gowalla's mid-tail items in in-batch softmax) about a tenth of dense Adam's motion: on Gowalla's holdout
+    its towers read 0.1361 recall@20 after 3 epochs against dense Adam's 0.1435 (see
+    JOURNAL.md, "Issue 47: lazy steps for the tables a batch barely touches")."""
 
     def build(self, var_list):
         super().build(var_list)

@@ -15,8 +15,7 @@ import tensorflow as tf
 
 from retrieval import training
 from retrieval.errors import InputError
-from retrieval.optimizers import (CatchUpAdam, LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad,
-                                  unique_rows)
+from retrieval.optimizers import CatchUpAdam, LazyAdagrad, LazyAdam, LazyRowwiseAdagrad, RowwiseAdagrad, unique_rows
 from tests.localhost import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -70,7 +70,7 @@ def test_the_floor_mode_steps_the_rows_without_state():
     from retrieval.optimizers import LazyAdam
 
     table = tf.Variable(tf.ones([4, 2]))
-    optimizer = LazyAdam(learning_rate=0.5)
+    optimizer = LazyAdam(learning_rate=0.5, dense_from_share=None)  # the lazy step, whatever the share
     gradient = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0], [1.0, 1.0]]), tf.constant([1, 3, 1]))
     with mock.patch.object(LazyAdam, "_sparse_step", bench_catalogue.stateless_step):
         optimizer.apply_gradients([(gradient, table)])
