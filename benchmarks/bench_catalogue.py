@@ -1,8 +1,8 @@
 """Training cost against the catalogue size: the shipped two-tower recipe (``configs/two_tower.py``) trained by
 ``training.fit`` on the same synthetic log at 4k, 200k, 1M and 10M items, in one run, in three modes: dense Adam
 (``sparse_updates="off"``, what "auto" picks below 30,000 rows), lazy Adam (``"on"``, what "auto" picks from 30,000
-rows: ``retrieval/optimizers.py``'s ``CatchUpAdam``) and lazy row-wise Adagrad (``"rowwise"``: ``optimizer="rowwise_adagrad"``,
-``sparse_updates="on"``).
+rows: ``retrieval/optimizers.py``'s ``CatchUpAdam``) and lazy row-wise Adagrad (``"rowwise"``:
+``optimizer="rowwise_adagrad"``, ``sparse_updates="on"``).
 
 The log is the same at every size: ``examples`` next-item examples (history of 50, as the recipe) whose items are
 drawn from the catalogue by ``--distribution``, so a batch looks up the same number of rows whatever the size

@@ -18,8 +18,8 @@ absent from the batch (and still move it by the decayed momentum), lazy Adam lea
 row is next looked up. A row touched at every step gets exactly Adam's update. ``CatchUpAdam`` (what
 ``train.sparse_updates`` builds for Adam) pays each row those missed moves in closed form when it is next looked up
 and at every epoch's end: dense Adam's step at the lazy step's cost. A table that a batch looks up by at least
-``DENSE_FROM_SHARE`` x its rows in slots (a history table) takes the dense step instead: there it is the cheaper. Lazy Adagrad is Adagrad on the
-touched rows (``acc_r <- acc_r + g_r^2``, ``w_r <- w_r - lr_t g_r / sqrt(acc_r + eps)``, which tf-keras already
+``DENSE_FROM_SHARE`` x its rows in slots (a history table) takes the dense step instead: there it is the cheaper.
+Lazy Adagrad is Adagrad on the touched rows (``acc_r <- acc_r + g_r^2``, ``w_r <- w_r - lr_t g_r / sqrt(acc_r + eps)``, which tf-keras already
 does), with the weight decay also restricted to the touched rows. Variables with dense gradients (dense layers,
 biases) get the parent class's update unchanged, so the split is by variable: whatever arrives as ``IndexedSlices``
 (embedding lookups) is lazy.

@@ -202,7 +202,7 @@ TRAIN = Section("train", (
         "Lazy (row-wise sparse) optimizer updates of the embedding tables (retrieval/optimizers.py, "
         "docs/sparse-updates.md): a step updates only the rows the batch looked up, and their moments, so its cost does "
         "not grow with the catalogue; Adam's lazy form pays each row the moves dense Adam made while it was not looked "
-        "up (CatchUpAdam), and a table a batch reads by more slots than half its rows steps densely. "
+        "up (CatchUpAdam), and a table a batch reads by at least half its rows in slots steps densely. "
         '"auto": on when the largest embedding table has at least SPARSE_UPDATES_MIN_ROWS '
         'rows (30,000: Gowalla, Yelp2018); "on" or "off". Dense layers always get the optimizer\'s ordinary update.'),
 ), __name__)
