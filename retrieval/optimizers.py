@@ -19,10 +19,10 @@ row is next looked up. A row touched at every step gets exactly Adam's update. `
 ``train.sparse_updates`` builds for Adam) pays each row those missed moves in closed form when it is next looked up
 and at every epoch's end: dense Adam's step at the lazy step's cost. A table that a batch looks up by at least
 ``DENSE_FROM_SHARE`` x its rows in slots (a history table) takes the dense step instead: there it is the cheaper.
-Lazy Adagrad is Adagrad on the touched rows (``acc_r <- acc_r + g_r^2``, ``w_r <- w_r - lr_t g_r / sqrt(acc_r + eps)``, which tf-keras already
-does), with the weight decay also restricted to the touched rows. Variables with dense gradients (dense layers,
-biases) get the parent class's update unchanged, so the split is by variable: whatever arrives as ``IndexedSlices``
-(embedding lookups) is lazy.
+Lazy Adagrad is Adagrad on the touched rows (``acc_r <- acc_r + g_r^2``,
+``w_r <- w_r - lr_t g_r / sqrt(acc_r + eps)``, which tf-keras already does), with the weight decay also restricted
+to the touched rows. Variables with dense gradients (dense layers, biases) get the parent class's update unchanged,
+so the split is by variable: whatever arrives as ``IndexedSlices`` (embedding lookups) is lazy.
 
 Duplicates are summed through a row -> slot map (``unique_rows``), not with ``tf.unique``, which XLA cannot compile:
 the step then compiles whole (``model.compile(jit_compile=True)``). The slot variables are Adam's and Adagrad's
