@@ -98,9 +98,15 @@ TRAIN = Section("train", (
     Key("early_stopping_patience", 0, integer(0, MAX_EPOCHS)),
     Key("validation_fraction", 0.1, number(0, 0.5, high_open=False),
         "With early stopping and no validation data given (data.validation_path, data.validation), the run holds out "
-        "this share of each user's training items itself (sets: at random; sequences: the last item), early-stops on "
+        "this share of each user's training items itself (sets: at random; sequences: the last item, of a sample of "
+        "train.sequence_holdout_users users), early-stops on "
         "it, and then, with refit, trains the final model on all training data for the best epoch count (the test data "
         "is not used for either). 0: no automatic holdout (early stopping then needs validation data)."),
+    Key("sequence_holdout_users", 5000, integer(0, 10**9),
+        "On sequences, the automatic holdout is the last item of a seeded sample of this many users (0: of every "
+        "user; every user too where there are no more). The tuned model then has the other users' last items among "
+        "its targets, so a refit from scratch adds little (the self-attentive variant skips it), and early stopping "
+        "ranks a sample's users, not all."),
     Key("refit", True, flag()),
     Key("refit_epochs", 0, integer(0, MAX_EPOCHS),
         "With refit: 0 trains the final model from scratch for the best epoch count; N > 0 continues from the tuned "

@@ -48,7 +48,8 @@ PLAN_RECORD = "planned_epochs.json"  # in a phase's checkpoint directory: the ep
 class FitResult:
     """What ``fit`` did: Keras history (per-epoch logs), the final step, the best validation metric and the epoch
     (1-based, counted from the start of training) that reached it, and the learning rate the schedule gave at the
-    end of that epoch (where a refit that continues from the best weights starts: ``learning_rate_at``)."""
+    end of that epoch (where a refit that continues from the best weights starts: ``learning_rate_at``). Without
+    early stopping the weights are the last epoch's, and "best" names that epoch and its metric."""
 
     history: dict
     step: int
@@ -625,8 +626,11 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
             total_steps = planner.epochs * steps_per_epoch
         best = None if early is None or not np.isfinite(early.best) else float(early.best)
         scores = history.history.get(config.eval_metric_name)
-        best_epoch = (step // steps_per_epoch + config.eval_every_epochs * (int(np.argmax(scores)) + 1)
-                      if scores else None)
+        # Without early stopping the weights kept are the last epoch's: its score and epoch are the run's "best".
+        kept = (int(np.argmax(scores)) if early is not None else len(scores) - 1) if scores else None
+        best_epoch = step // steps_per_epoch + config.eval_every_epochs * (kept + 1) if scores else None
+        if early is None and scores:
+            best = float(scores[-1])
         if isinstance(early, ResumableEarlyStopping) and early.scores:  # the whole run's, before a resume too
             history.history[config.eval_metric_name] = [score for _, score in early.scores]
             best_epoch = early.best_epoch_number()

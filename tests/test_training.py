@@ -366,8 +366,10 @@ def test_a_planned_run_trains_the_planned_epochs_on_a_cosine_of_their_length_and
     expected = [training.learning_rate_at(config, 30, step - 1) if step <= 6 else
                 training.learning_rate_at(train_config(epochs=2), 12, step - 1) for step, _ in rates]
     assert [rate for _, rate in rates] == pytest.approx(expected, rel=1e-4, abs=1e-7)
-    assert result.best_epoch == 1  # a constant metric: the first epoch stays the best
-    assert result.best_learning_rate == pytest.approx(training.learning_rate_at(train_config(epochs=2), 12, 6))
+    # No early stopping: the weights kept are the last epoch's, and so are the best epoch, its metric and its rate
+    # (argmax of this constant metric would name the first).
+    assert (result.best_epoch, result.best_metric) == (2, 0.5)
+    assert result.best_learning_rate == pytest.approx(training.learning_rate_at(train_config(epochs=2), 12, 12))
     assert artifacts.read_json(tmp_path / training.PLAN_RECORD)["epochs"] == 2
     checkpointed = tmp_path / "checkpointed"  # (the run above kept no checkpoint: its saver was the rate probe)
     training.fit(build_model(model_config(), items, users), examples, config, checkpoint_dir=checkpointed,

@@ -41,7 +41,8 @@ def training_needs(config: ml_collections.ConfigDict) -> prepare.TrainingNeeds:
         return prepare.TrainingNeeds(prepare.NO_EXAMPLES, int(config.seed))
     model = config.model
     return prepare.TrainingNeeds(prepare.NEXT_ITEM, int(config.seed), int(model.max_history),
-                                 bool(model.user_tower.use_example_age), tuning_fraction(config))
+                                 bool(model.user_tower.use_example_age), tuning_fraction(config),
+                                 int(config.train.sequence_holdout_users))
 
 
 def settings_of(config: ml_collections.ConfigDict, run_dir: str | Path,

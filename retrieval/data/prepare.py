@@ -76,6 +76,7 @@ class TrainingNeeds:
     max_history: int = 50  # the examples' history length
     example_age: bool = False  # the examples carry their age (model.user_tower.use_example_age)
     tuning_fraction: float = 0.0  # > 0: hold out this share of each user's training items for early stopping
+    tuning_users: int = 0  # > 0: sequences hold out the last item of a seeded sample of this many users, not of all
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Settings:
     max_examples_per_user: Optional[int] = None
     examples: str = NEXT_ITEM  # what training reads: NEXT_ITEM or SET (decided by the order), or NO_EXAMPLES
     tuning_fraction: float = 0.0  # > 0: hold out a validation part of the training data (see :func:`_tuning_split`)
+    tuning_users: int = 0  # train.sequence_holdout_users (see :func:`_tuning_split`)
     order: str = "time"
     has_time: bool = True
     item_features_path: str = ""  # data.item_features_path: its specs are saved; with catalogue_from_table, its ids
@@ -131,7 +133,7 @@ class Settings:
                    bool(d.validation), float(d.holdout_fraction), float(d.temporal_quantile), d.unknown_policy,
                    int(d.min_item_count), needs.seed, needs.max_history, needs.example_age,
                    d.max_examples_per_user or None, examples,
-                   needs.tuning_fraction if examples != NO_EXAMPLES else 0.0,
+                   needs.tuning_fraction if examples != NO_EXAMPLES else 0.0, needs.tuning_users,
                    item_features_path=str(d.item_features_path), item_features=str(d.item_features),
                    catalogue_from_table=bool(d.item_features_path) and d.catalogue == "item_features"
                    and examples != NO_EXAMPLES,
@@ -221,17 +223,22 @@ def _conform(frame: pd.DataFrame, part: str, has_time: bool) -> pd.DataFrame:
 
 
 def partition(settings: Settings, number: int, part: str, path: str) -> dict:
-    """Task 1: writes the file's rows into the partitions; returns the row count and, for the training log of a
-    temporal split, the distinct timestamps with their counts (the cut-off is a quantile over all of them)."""
+    """Task 1: writes the file's rows into the partitions; returns the row count, for the training log of a
+    temporal split the distinct timestamps with their counts (the cut-off is a quantile over all of them), and for
+    a sampled sequence holdout the smallest user keys (:func:`_tuning_threshold`)."""
     count, times = 0, pd.Series([], dtype=np.int64)
+    keys = np.zeros(0)
+    sample = part == "train" and _samples_users(settings)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        nonlocal count, times
+        nonlocal count, times, keys
         for frame in readers.interaction_batches(path, settings.format, settings.columns):
             frame = _conform(frame, part, settings.has_time)
             if settings.split == "temporal" and part == "train":  # summed as it grows: memory ~ distinct times
                 batch_times = pd.Series(frame["timestamp"].to_numpy()).value_counts(sort=False)
                 times = pd.concat([times, batch_times]).groupby(level=0).sum()
+            if sample:  # one more than the sample (to tell whether there are more users): memory ~ the sample
+                keys = np.union1d(keys, _user_keys(settings, frame["user_id"]))[:settings.tuning_users + 1]
             frame["shard"] = shard_of(frame["user_id"], settings.num_shards)
             count += len(frame)
             yield from pa.Table.from_pandas(frame, preserve_index=False).to_batches()
@@ -244,7 +251,27 @@ def partition(settings: Settings, number: int, part: str, path: str) -> dict:
                          partitioning=ds.partitioning(pa.schema([("shard", pa.int32())]), flavor="hive"),
                          basename_template=f"{part}-{number:03d}-{{i}}.parquet",
                          existing_data_behavior="overwrite_or_ignore")
-    return {"part": part, "rows": count, "times": times}
+    return {"part": part, "rows": count, "times": times, "user_keys": keys}
+
+
+def _samples_users(settings: Settings) -> bool:
+    """Whether the automatic holdout is the last item of a sample of users (sequences, ``tuning_users`` > 0)."""
+    return settings.tuning_fraction > 0 and settings.tuning_users > 0 and not settings.is_set
+
+
+def _user_keys(settings: Settings, user_ids: pd.Series) -> np.ndarray:
+    """Each row's user key in [0, 1): seeded, one per user id, the tuning holdout's own stream."""
+    return seeds.id_uniforms(user_ids, settings.seed, seeds.TUNING)
+
+
+def _tuning_threshold(settings: Settings, read: list[dict]) -> Optional[float]:
+    """The largest user key of the sampled sequence holdout: the ``tuning_users`` smallest keys of all training
+    users (a bottom-k sample: the same users for every partitioning and engine), or None for every user (sets, no
+    sample, or no more users than the sample)."""
+    if not _samples_users(settings):
+        return None
+    keys = np.unique(np.concatenate([r["user_keys"] for r in read if r["part"] == "train"] or [np.zeros(0)]))
+    return float(keys[settings.tuning_users - 1]) if len(keys) > settings.tuning_users else None
 
 
 # ------------------------------------------------------------------ 2. split
@@ -277,14 +304,15 @@ def _split(settings: Settings, frame: pd.DataFrame, cutoff: Optional[int]) -> sp
     return splits.SPLITS[settings.split].hold_out(train, splits.Holdout.of(settings, cutoff=cutoff, partition=True))
 
 
-def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) -> dict:
+def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None,
+                tuning_threshold: Optional[float] = None) -> dict:
     """Task 2: splits the partition's users, writes the parts; returns training counts, the time span and the parts'
-    sizes."""
+    sizes. ``tuning_threshold``: the sampled sequence holdout's largest user key (:func:`_tuning_threshold`)."""
     split = catalogue_lib.cold_holdout(_split(settings, _read_partition(settings, shard), cutoff),
                                        settings.cold_item_fraction, settings.seed)
     parts = {name: getattr(split, name) for name in PARTS}
     if settings.tuning_fraction > 0:
-        parts.update(zip(TUNING_PARTS, _tuning_split(settings, split.train), strict=True))
+        parts.update(zip(TUNING_PARTS, _tuning_split(settings, split.train, tuning_threshold), strict=True))
     rows = {}
     for name, part in parts.items():
         if part is not None:
@@ -297,17 +325,22 @@ def split_shard(settings: Settings, shard: int, cutoff: Optional[int] = None) ->
             "rows": rows}
 
 
-def _tuning_split(settings: Settings, train: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _tuning_split(settings: Settings, train: pd.DataFrame,
+                  threshold: Optional[float] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The automatic validation holdout of the training part (``train.validation_fraction``): for sets a random
-    ``fraction`` of each user's items (keyed per user, its own stream), for sequences each user's last item; users
-    too short to give one keep all. Training on the rest early-stops on it; the final model refits on all of it."""
+    ``fraction`` of each user's items (keyed per user, its own stream), for sequences the last item of each user
+    whose key is at most ``threshold`` (a seeded sample of ``train.sequence_holdout_users``; every user without a
+    threshold); users too short to give one keep all. Training on the rest early-stops on it; the final model refits
+    on all of it (or, with a sampled sequence holdout, may be the tuned model: it trained on the other users' last
+    items too)."""
     if train.empty:
         return train, train
     if settings.is_set:
         held = splits.random_holdout(train, settings.tuning_fraction, seed=settings.seed, policy="keep",
                                      salt=seeds.TUNING)
     else:
-        held = splits.leave_last_n_out(train, 1, policy="keep")
+        among = None if threshold is None else _user_keys(settings, train["user_id"]) <= threshold
+        held = splits.leave_last_n_out(train, 1, policy="keep", among=among)
     return held.train, held.test
 
 
@@ -456,7 +489,8 @@ def run(settings: Settings, engine: Engine, order_request: str,
         times = pd.concat([r["times"] for r in read if r["part"] == "train"]).groupby(level=0).sum().sort_index()
         cutoff = splits.cutoff_of(times.index.to_numpy(), times.to_numpy(), 1.0 - settings.temporal_quantile)
         logging.info("temporal cut-off at %d", cutoff)
-    stats = engine.map(lambda shard: split_shard(settings, shard, cutoff), list(range(settings.num_shards)))
+    threshold = _tuning_threshold(settings, read)
+    stats = engine.map(lambda shard: split_shard(settings, shard, cutoff, threshold), list(range(settings.num_shards)))
     item_counts = pd.concat([s["items"] for s in stats]).groupby(level=0).sum()
     item_vocab = Vocabulary.from_counts(item_counts, settings.min_item_count)
     user_vocab = Vocabulary.from_counts(pd.concat([s["users"] for s in stats]), 1)
@@ -492,6 +526,7 @@ def run(settings: Settings, engine: Engine, order_request: str,
     holdout = None
     if tuning:
         holdout = {"fraction": settings.tuning_fraction, "validation_interactions": counts["tuning_validation"] or 0,
+                   "sampled_users": threshold is not None,
                    "train_interactions": counts["tuning_train"] or 0,
                    "examples": sum(b["tuning_examples"] for b in built)}
         logging.info("automatic validation holdout (train.validation_fraction=%g): %d of the %d training interactions",

@@ -97,19 +97,21 @@ def _user_sizes(frame: pd.DataFrame) -> np.ndarray:
 
 
 def leave_last_n_out(interactions: pd.DataFrame, n: int = 1, validation_n: int = 0, min_train: int = 1,
-                     policy: str = "drop") -> Split:
+                     policy: str = "drop", among: Optional[np.ndarray] = None) -> Split:
     """Holds out each user's last ``n`` interactions as test and the ``validation_n`` before them as validation.
 
-    Users with fewer than ``n + validation_n + min_train`` interactions stay entirely in training.
+    Users with fewer than ``n + validation_n + min_train`` interactions stay entirely in training, and so do the
+    users of the rows where ``among`` (a boolean per row, the same for all of a user's rows) is False.
     """
     if n < 1 or validation_n < 0 or min_train < 1:
         raise InputError("leave_last_n_out needs n >= 1, validation_n >= 0, min_train >= 1", field="n")
     from_end = _positions_from_end(interactions)
-    eligible = _user_sizes(interactions) >= n + validation_n + min_train
+    long_enough = _user_sizes(interactions) >= n + validation_n + min_train
+    logging.info("leave-last-%d-out: %d users too short stay in training", n,
+                 interactions.loc[~long_enough, "user_id"].nunique())
+    eligible = long_enough if among is None else long_enough & among
     test = eligible & (from_end < n)
     validation = eligible & (from_end >= n) & (from_end < n + validation_n) if validation_n else None
-    logging.info("leave-last-%d-out: %d users too short stay in training", n,
-                 interactions.loc[~eligible, "user_id"].nunique())
     return _split(interactions, test, validation, policy)
 
 

@@ -538,7 +538,8 @@ def _latest_tuning_checkpoint(run: TrainingRun) -> str:
 def validation_fn(run: TrainingRun, model: Any, item_vocab: Vocabulary, user_vocab: Vocabulary,
                   tuning: bool = False) -> Optional[Callable[[], float]]:
     """Validation recall@k for early stopping (``train.early_stopping_patience``), or None without validation data
-    or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it. On the user sample
+    or patience; ``tuning``: on the automatic holdout, ranked against the training data minus it, with or without
+    patience (a tuning without it, a variant trained to its last epoch, still reads its curve). On the user sample
     of ``train.eval_max_users``, else of ``eval.max_users``, when set (only those users' rows are read)."""
     from retrieval.evaluation import loading, runs
     from retrieval.evaluation.early_stopping import recall_fn
@@ -548,7 +549,7 @@ def validation_fn(run: TrainingRun, model: Any, item_vocab: Vocabulary, user_voc
     train_path, validation_path = paths.train_data, paths.validation_data
     if tuning:
         train_path, validation_path = prepare.tuning_data(paths, "train"), prepare.tuning_data(paths, "validation")
-    if t.early_stopping_patience <= 0 or not validation_path.exists():
+    if (t.early_stopping_patience <= 0 and not tuning) or not validation_path.exists():
         return None
     if tuning:  # the items warm in the tuning part, as the headline ranks the items warm in all training data
         item_vocab = tuning_vocabulary(run, item_vocab)

@@ -230,6 +230,27 @@ def test_the_holdout_is_keyed_per_user(logs):
     assert _rows_of(other) != _rows_of(whole)
 
 
+@pytest.mark.parametrize("sample", [20, 60])
+def test_a_sampled_sequence_holdout_is_the_last_item_of_that_many_users_on_every_path(logs, tmp_path, sample):
+    """train.sequence_holdout_users: the last training item of a seeded sample of exactly that many users (every user
+    when there are no more: the log has 60), the same users on 1 and 7 partitions."""
+    config = override(_config(logs, "csv", "random", "time"), {"train.sequence_holdout_users": sample,
+                                                               "train.early_stopping_patience": 2})
+    held = []
+    for shards in (1, 7):
+        summary = prepare.run(handoff.settings_of(config, tmp_path / str(shards), num_shards=shards), Embedded(),
+                              "time")
+        paths = RunPaths(tmp_path / str(shards))
+        validation = pd.read_parquet(prepare.tuning_data(paths, "validation"))
+        train = pd.read_parquet(paths.train_data)
+        last = train.sort_values("timestamp", kind="stable").groupby("user_id").tail(1)
+        assert validation["user_id"].is_unique and len(validation) == min(sample, train["user_id"].nunique())
+        assert _rows_of(validation) == _rows_of(last[last["user_id"].isin(validation["user_id"])])
+        assert summary.tuning["sampled_users"] == (sample < train["user_id"].nunique())
+        held.append(_rows_of(validation))
+    assert held[0] == held[1]
+
+
 def _rows_of(frame: pd.DataFrame) -> list:
     return sorted(map(tuple, frame.astype(str).to_numpy()))
 

@@ -344,6 +344,22 @@ def test_the_variants_budget_floor_is_two_epochs_at_the_first_pace_and_the_kept_
     assert tuning._budget_short(tuning.TrainingRun(config, None, None), first, kept) is None  # no budget
 
 
+def test_after_a_sampled_sequence_holdout_the_self_attentive_variant_trains_to_its_last_epoch_and_is_final(log_path,
+                                                                                                         tmp_path):
+    """train.sequence_holdout_users below the log's users: the holdout is the last item of that many of them, the
+    variant reads its holdout every epoch without stopping early, and when kept it is the final model (no refit)."""
+    sampled = {**TUNING, "train.epochs": 1, "train.variants": ("self_attention",), "train.sequence_holdout_users": 100}
+    job = TrainingJob(make_config(log_path, **sampled), str(tmp_path), "sampled")
+    job.run()
+    holdout = job.stages.summary("prepare")["tuning"]
+    assert holdout["sampled_users"] and holdout["validation_interactions"] == 100
+    variant = artifacts.read_json(job.paths.checkpoints / "tuning" / "self_attention" / "variant.json")
+    assert not variant["stopped_early"] and len(variant["history"]["val_recall"]) == len(variant["history"]["loss"])
+    summary = job.stages.summary("train")  # kept on this log (0.37 against 0.27): the tuned variant is final
+    assert summary["tuning"]["variant"] == "self_attention" and not summary["refit"]
+    assert summary["steps"] == variant["steps"] and summary["best_metric"] == variant["history"]["val_recall"][-1]
+
+
 def test_the_self_attentive_variant_trains_one_example_per_user_on_sequences_and_is_not_tried_on_sets(log_path,
                                                                                                       tmp_path):
     """The "self_attention" variant (retrieval/jobs/variants.py) on a sequence log: tuned in its own directory on the

@@ -52,6 +52,22 @@ def test_the_self_attentive_variant_mixes_uniform_negatives_into_the_in_batch_so
     assert (sampled.num_negatives, sampled.sampler) == (500, "unigram")
 
 
+def test_the_self_attentive_variant_is_final_after_a_sampled_holdout_and_refit_after_every_users():
+    """train.sequence_holdout_users: a tuning that had every other user's last item is the final model, trained to
+    the end of its schedule; after a holdout of every user's last item it early-stops and is refit, as before."""
+    from retrieval.data.handoff import PreparedData
+
+    config = get_config()
+
+    def train(sampled):
+        holdout = {"fraction": 0.1, "sampled_users": sampled}
+        return variants.apply(config, "self_attention", PreparedData("time", "next_item", holdout=holdout)).train
+
+    assert (train(True).refit, train(True).early_stopping_patience, train(True).epochs) == (False, 0, 60)
+    assert train(False).refit and train(False).early_stopping_patience == 5 and config.train.refit
+    assert variants.apply(config, "self_attention").train.refit  # no data known: as configured
+
+
 def test_the_self_attentive_variant_is_not_tried_where_the_item_tower_reads_a_pooled_history():
     """configs/catalogue.py's content-match term and content profile pool the history's item features."""
     from configs.catalogue import get_config as catalogue_config
