@@ -626,11 +626,12 @@ def fit(model: TwoTowerModel, examples: Examples, config: ml_collections.ConfigD
             total_steps = planner.epochs * steps_per_epoch
         best = None if early is None or not np.isfinite(early.best) else float(early.best)
         scores = history.history.get(config.eval_metric_name)
-        # Without early stopping the weights kept are the last epoch's: its score and epoch are the run's "best".
-        kept = (int(np.argmax(scores)) if early is not None else len(scores) - 1) if scores else None
-        best_epoch = step // steps_per_epoch + config.eval_every_epochs * (kept + 1) if scores else None
-        if early is None and scores:
-            best = float(scores[-1])
+        best_epoch = None
+        if scores:  # without early stopping the weights kept are the last epoch's: its score and epoch are "best"
+            kept = int(np.argmax(scores)) if early is not None else len(scores) - 1
+            best_epoch = step // steps_per_epoch + config.eval_every_epochs * (kept + 1)
+            if early is None:
+                best = float(scores[-1])
         if isinstance(early, ResumableEarlyStopping) and early.scores:  # the whole run's, before a resume too
             history.history[config.eval_metric_name] = [score for _, score in early.scores]
             best_epoch = early.best_epoch_number()

@@ -267,9 +267,7 @@ def _user_keys(settings: Settings, user_ids: pd.Series) -> np.ndarray:
 def _tuning_threshold(settings: Settings, read: list[dict]) -> Optional[float]:
     """The largest user key of the sampled sequence holdout: the ``tuning_users`` smallest keys of all training
     users (a bottom-k sample: the same users for every partitioning and engine), or None for every user (sets, no
-    sample, or no more users than the sample)."""
-    if not _samples_users(settings):
-        return None
+    sample, or no more users than the sample: :func:`partition` kept no keys, or at most that many)."""
     keys = np.unique(np.concatenate([r["user_keys"] for r in read if r["part"] == "train"] or [np.zeros(0)]))
     return float(keys[settings.tuning_users - 1]) if len(keys) > settings.tuning_users else None
 

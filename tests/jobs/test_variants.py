@@ -52,7 +52,7 @@ def test_the_self_attentive_variant_mixes_uniform_negatives_into_the_in_batch_so
     assert (sampled.num_negatives, sampled.sampler) == (500, "unigram")
 
 
-def test_the_self_attentive_variant_is_final_after_a_sampled_holdout_and_refit_after_every_users():
+def test_the_self_attentive_variant_is_final_after_a_sampled_holdout_and_refit_after_a_holdout_of_all():
     """train.sequence_holdout_users: a tuning that had every other user's last item is the final model, trained to
     the end of its schedule; after a holdout of every user's last item it early-stops and is refit, as before."""
     from retrieval.data.handoff import PreparedData
